@@ -1,0 +1,58 @@
+"""`ffwd serve | generate | replay | bench | info`.
+
+Each subcommand lives in its own module, which provides
+``add_arguments(parser)`` and ``main(args) -> int``; this file only routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from types import ModuleType
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "serve": ("ffwd.serve.cli", "run the OpenAI-compatible HTTP server"),
+    "generate": ("ffwd.engine.cli", "generate from a prompt and print the result"),
+    "replay": ("ffwd.bench.replay", "model-free replay of BFCL calls through the strict tier"),
+    "bench": ("ffwd.bench.cli", "side-by-side benchmarks and report"),
+    "info": ("ffwd.info", "print versions, the resolved configuration and the default model"),
+}
+
+
+def _load(module: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.startswith(exc.name):
+            return None  # the subcommand's module is not part of this build yet
+        raise
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="ffwd", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = argv[0] if argv and argv[0] in COMMANDS else None
+    loaded: dict[str, ModuleType | None] = {}
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        # Import only the chosen command's module: the others may pull torch.
+        if name == wanted:
+            mod = loaded[name] = _load(module)
+            if mod is not None:
+                mod.add_arguments(p)
+    args, rest = parser.parse_known_args(argv)
+    mod = loaded.get(args.command)
+    if mod is None:
+        print(f"ffwd {args.command}: not built yet in this version of ffwd", file=sys.stderr)
+        return 2
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return int(mod.main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""Every FFWD_* setting, resolved and validated in one place.
+
+Values come from the environment or from explicit overrides (CLI flags, the
+``ffwd`` object of a request). A malformed value raises `ValueError` naming
+the variable, the value and what is accepted; nothing falls back silently.
+No other module in the package reads `os.environ`.
+
+    FFWD_FILL                   off|strict|echo (0/1 alias off/strict)   off
+    FFWD_FILL_MAX_SPAN          longest injected span, >= 2               32
+    FFWD_FILL_APPEND_CHUNK_SIZE ids per append forward, 0 = backend max   0
+    FFWD_FILL_K                 echo anchor length, >= 2                  8
+    FFWD_FILL_CANDIDATES        echo occurrences kept per k-gram, >= 1    24
+    FFWD_FILL_INDEX_MAX         ids the echo index remembers, >= 1024     131072
+    FFWD_FILL_TRACE             1 (checks) or a .jsonl path (records)     off
+    FFWD_CACHE_DIR              converted models and tokenizers           ~/.cache/ffwd
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ffwd.fill.echo import EchoConfig
+
+FillMode = Literal["off", "strict", "echo"]
+FILL_MODES: tuple[FillMode, ...] = ("off", "strict", "echo")
+
+_MODE_ALIASES: dict[str, FillMode] = {
+    "": "off", "off": "off", "0": "off",
+    "strict": "strict", "1": "strict",
+    "echo": "echo",
+}
+
+
+def resolve_fill_mode(raw: object) -> FillMode:
+    """Map a raw FFWD_FILL value to off|strict|echo, or raise naming FFWD_FILL."""
+    if raw is None:
+        return "off"
+    key = raw.strip().lower() if isinstance(raw, str) else raw
+    if isinstance(key, str) and key in _MODE_ALIASES:
+        return _MODE_ALIASES[key]
+    raise ValueError(f"FFWD_FILL={raw!r}: expected off|strict|echo (or 0/1 for off/strict)")
+
+
+def _int_at_least(var: str, minimum: int) -> Callable[[object], int]:
+    def parse(raw: object) -> int:
+        value: int | None = None
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            value = raw
+        elif isinstance(raw, str) and raw.strip().lstrip("+").isdigit():
+            value = int(raw.strip())
+        if value is None or value < minimum:
+            raise ValueError(f"{var}={raw!r}: expected an integer >= {minimum}")
+        return value
+
+    return parse
+
+
+def _trace(raw: object) -> str | bool:
+    """False (off), True (invariant checks only) or the path of a JSONL file."""
+    if raw is None or raw is False:
+        return False
+    if raw is True:
+        return True
+    if isinstance(raw, str):
+        s = raw.strip()
+        if s.lower() in ("", "0", "false", "off", "no"):
+            return False
+        if s.lower() in ("1", "true", "on", "yes"):
+            return True
+        return s
+    raise ValueError(f"FFWD_FILL_TRACE={raw!r}: expected 1, 0 or a path to a .jsonl file")
+
+
+# override key -> (environment variable, parser)
+_FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "fill": ("FFWD_FILL", resolve_fill_mode),
+    "max_span": ("FFWD_FILL_MAX_SPAN", _int_at_least("FFWD_FILL_MAX_SPAN", 2)),
+    "append_chunk_size": (
+        "FFWD_FILL_APPEND_CHUNK_SIZE", _int_at_least("FFWD_FILL_APPEND_CHUNK_SIZE", 0),
+    ),
+    "k": ("FFWD_FILL_K", _int_at_least("FFWD_FILL_K", 2)),
+    "candidates": ("FFWD_FILL_CANDIDATES", _int_at_least("FFWD_FILL_CANDIDATES", 1)),
+    "index_max": ("FFWD_FILL_INDEX_MAX", _int_at_least("FFWD_FILL_INDEX_MAX", 1024)),
+    "trace": ("FFWD_FILL_TRACE", _trace),
+}
+FILL_OVERRIDE_KEYS: tuple[str, ...] = tuple(_FILL_SETTINGS)
+
+
+@dataclass(frozen=True, slots=True)
+class FillConfig:
+    """Resolved fill settings for a process or a request."""
+
+    fill: FillMode = "off"
+    max_span: int = 32
+    append_chunk_size: int = 0
+    k: int = 8
+    candidates: int = 24
+    index_max: int = 131072
+    trace: str | bool = False
+
+    @property
+    def strict(self) -> bool:
+        return self.fill in ("strict", "echo")
+
+    @property
+    def trace_path(self) -> str | None:
+        return self.trace if isinstance(self.trace, str) else None
+
+    @property
+    def trace_checks(self) -> bool:
+        """Cache-alignment assertions are on whenever tracing is on."""
+        return self.trace is not False
+
+    def echo_config(self) -> EchoConfig | None:
+        if self.fill != "echo":
+            return None
+        return EchoConfig(
+            k=self.k, max_span=self.max_span,
+            max_candidates=self.candidates, index_max=self.index_max,
+        )
+
+    def with_overrides(self, overrides: Mapping[str, object] | None) -> FillConfig:
+        """A copy with per-request or CLI overrides applied (None values ignored)."""
+        if not overrides:
+            return self
+        changes: dict[str, Any] = {}
+        for key, raw in overrides.items():
+            if key not in _FILL_SETTINGS:
+                raise ValueError(
+                    f"unknown fill setting {key!r}: expected one of {', '.join(FILL_OVERRIDE_KEYS)}"
+                )
+            if raw is not None:
+                changes[key] = _FILL_SETTINGS[key][1](raw)
+        return replace(self, **changes)
+
+
+def resolve_fill_config(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+) -> FillConfig:
+    """Fill settings from the environment (or `env`), then `overrides` on top."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for key, (var, parse) in _FILL_SETTINGS.items():
+        if var in env:
+            values[key] = parse(env[var])
+    return FillConfig(**values).with_overrides(overrides)
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where converted models and tokenizers are kept (FFWD_CACHE_DIR)."""
+    env = os.environ if env is None else env
+    raw = env.get("FFWD_CACHE_DIR", "").strip()
+    if raw:
+        return Path(raw).expanduser()
+    xdg = env.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ffwd"

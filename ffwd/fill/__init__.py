@@ -1,0 +1,49 @@
+"""Engine-agnostic fast-forward bookkeeping (standard library only)."""
+
+from ffwd.fill.echo import EchoConfig, EchoSource
+from ffwd.fill.proposal import (
+    ORIGINS,
+    POLICIES,
+    Proposal,
+    ProposalOrigin,
+    ProposalPolicy,
+    ProposalSource,
+    TokenView,
+)
+from ffwd.fill.session import (
+    DEFAULT_MAX_SPAN,
+    FILL_KINDS,
+    FillKind,
+    FillPlan,
+    FillRow,
+    FillSession,
+    FillStats,
+    StrictFillContext,
+    StrictRowSource,
+)
+from ffwd.fill.trace import TraceRecord, TraceWriter, first_mismatch, read_trace
+
+__all__ = [
+    "DEFAULT_MAX_SPAN",
+    "FILL_KINDS",
+    "ORIGINS",
+    "POLICIES",
+    "EchoConfig",
+    "EchoSource",
+    "FillKind",
+    "FillPlan",
+    "FillRow",
+    "FillSession",
+    "FillStats",
+    "Proposal",
+    "ProposalOrigin",
+    "ProposalPolicy",
+    "ProposalSource",
+    "StrictFillContext",
+    "StrictRowSource",
+    "TokenView",
+    "TraceRecord",
+    "TraceWriter",
+    "first_mismatch",
+    "read_trace",
+]

@@ -1,0 +1,160 @@
+"""EchoSource: propose spans copied from earlier in the session.
+
+Every id that enters the sequence (prompt, sampled, injected) is indexed by the
+k-gram that ends at it. When the last k ids occurred before, the source walks
+forward from those earlier occurrences, nearest first, and keeps a token only
+while every occurrence still being walked agrees on it. Where they disagree the
+history has forked: the span stops there and is marked ``branch_stop``.
+
+Worked example (k=2)::
+
+    history   a b c d  a b c e  a b
+    position  0 1 2 3  4 5 6 7  8 9
+
+    The tail "a b" ends at 9 and occurred ending at 5 and at 1 (nearest first).
+    Continuations: 5 -> c e a b ..., 1 -> c d a b ...
+    Both say "c", then they fork (e vs d): propose [c], branch_stop=True.
+    (The session rejects spans shorter than 2, so nothing is injected here.)
+
+A lookup hashes one k-gram and walks at most `max_span` steps over at most
+`max_candidates` occurrences, so a push costs O(k + span) whatever the length
+of the history. The index keeps `index_max` ids; older ones are forgotten.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ffwd.fill.proposal import Proposal, TokenView
+
+
+@dataclass(frozen=True, slots=True)
+class EchoConfig:
+    """k: anchor length; max_span: longest walk; max_candidates: occurrences kept
+    per k-gram (nearest first); index_max: ids the index remembers."""
+
+    k: int = 8
+    max_span: int = 32
+    max_candidates: int = 24
+    index_max: int = 131072
+
+    def __post_init__(self) -> None:
+        if self.k < 2:
+            raise ValueError(f"echo k={self.k}: expected an integer >= 2")
+        if self.max_span < 2:
+            raise ValueError(f"echo max_span={self.max_span}: expected an integer >= 2")
+        if self.max_candidates < 1:
+            raise ValueError(f"echo max_candidates={self.max_candidates}: expected >= 1")
+        if self.index_max < self.k + 1:
+            raise ValueError(f"echo index_max={self.index_max}: expected > k={self.k}")
+
+
+class EchoSource:
+    """k-gram index over the session's history that proposes verify spans."""
+
+    name = "echo"
+    # The source keeps its own copy of the history, so it reads only the
+    # session's last id.
+    window_needed = 1
+
+    def __init__(
+        self,
+        config: EchoConfig,
+        prompt_ids: Sequence[int],
+        delimiters: Iterable[int] = frozenset(),
+    ) -> None:
+        self.config = config
+        self.delimiters = frozenset(delimiters)
+        self._hist: list[int] = []  # ids from absolute position `_base` on
+        self._base = 0
+        self._index: dict[tuple[int, ...], deque[int]] = {}
+        self.observe(prompt_ids)
+
+    @property
+    def length(self) -> int:
+        """Ids observed so far (forgotten ones included)."""
+        return self._base + len(self._hist)
+
+    @property
+    def oldest(self) -> int:
+        """Absolute position of the oldest id still remembered."""
+        return max(self._base, self.length - self.config.index_max)
+
+    def at(self, pos: int) -> int:
+        return self._hist[pos - self._base]
+
+    def candidates(self, key: tuple[int, ...]) -> list[int]:
+        """Positions where the k-gram `key` ended, nearest first (for tests)."""
+        return list(self._index.get(key, ()))
+
+    def observe(self, ids: Sequence[int]) -> None:
+        k = self.config.k
+        hist = self._hist
+        for tok in ids:
+            hist.append(tok)
+            if len(hist) >= k:
+                key = tuple(hist[-k:])
+                bucket = self._index.get(key)
+                if bucket is None:
+                    bucket = self._index[key] = deque(maxlen=self.config.max_candidates)
+                bucket.appendleft(self._base + len(hist) - 1)
+        # Forget in batches so that trimming the front of the list stays
+        # amortised O(1) per id.
+        if len(hist) > self.config.index_max + max(1024, self.config.index_max // 4):
+            self._forget(len(hist) - self.config.index_max)
+
+    def _forget(self, n: int) -> None:
+        """Drop the oldest n ids and their k-gram entries."""
+        # Invariant: the index holds only k-grams that lie wholly inside
+        # `_hist`, so the keys of the ones ending in the dropped stretch can
+        # still be rebuilt here.
+        k = self.config.k
+        hist = self._hist
+        for i in range(k - 1, n + k - 1):
+            key = tuple(hist[i - k + 1 : i + 1])
+            bucket = self._index.get(key)
+            pos = self._base + i
+            # The oldest occurrence sits at the right end of its bucket.
+            while bucket and bucket[-1] <= pos:
+                bucket.pop()
+            if bucket is not None and not bucket:
+                del self._index[key]
+        del hist[:n]
+        self._base += n
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        k = self.config.k
+        end = self.length - 1  # position of the id just observed
+        if end + 1 < k:
+            return None
+        key = tuple(self._hist[-k:])
+        bucket = self._index.get(key)
+        if bucket is None:
+            return None
+        oldest = self.oldest + k - 1
+        starts = [q + 1 for q in bucket if oldest <= q < end]
+        if not starts:
+            return None
+        # The walk stops at max_span; the session applies the budget so that
+        # it can count the cut.
+        limit = self.config.max_span
+        span: list[int] = []
+        branch_stop = False
+        while len(span) < limit:
+            j = len(span)
+            # Occurrences whose continuation runs past the present drop out.
+            starts = [s for s in starts if s + j <= end]
+            if not starts:
+                break
+            nxt = self.at(starts[0] + j)
+            if any(self.at(s + j) != nxt for s in starts[1:]):
+                branch_stop = True
+                break
+            span.append(nxt)
+            if nxt in self.delimiters:
+                break
+        if not span:
+            return None
+        return Proposal(tuple(span), "verify", "echo", branch_stop=branch_stop)

@@ -1,0 +1,85 @@
+"""What a proposal source may claim about the next tokens, and how firmly.
+
+A `Proposal` is a run of token ids plus a policy:
+
+* ``assert``: the ids are determined (template markup, schema names and keys).
+  The engine appends them in one forward and never looks back.
+* ``verify``: the ids are likely (a copy of earlier history). The engine appends
+  them, reads the model's own choice at every position from the same forward,
+  keeps the agreed prefix and rewinds the rest.
+
+Sources see the sequence through a `TokenView` and may keep their own state by
+implementing ``observe``; the session calls it with every id that enters the
+sequence, sampled or injected, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+ProposalPolicy = Literal["assert", "verify"]
+ProposalOrigin = Literal["schema", "template", "echo", "ngram", "mtp"]
+
+POLICIES: tuple[ProposalPolicy, ...] = ("assert", "verify")
+ORIGINS: tuple[ProposalOrigin, ...] = ("schema", "template", "echo", "ngram", "mtp")
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A claim that `ids` follow the current sequence, held under `policy`.
+
+    `branch_stop` is set by the echo source when its span ended because the
+    history forked (several different continuations were seen).
+    """
+
+    ids: tuple[int, ...]
+    policy: ProposalPolicy
+    origin: ProposalOrigin
+    branch_stop: bool = False
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"proposal policy {self.policy!r}: expected one of {POLICIES}")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"proposal origin {self.origin!r}: expected one of {ORIGINS}")
+
+
+class TokenView(Protocol):
+    """The part of the sequence a source can see."""
+
+    @property
+    def length(self) -> int:
+        """Tokens so far: prompt plus everything emitted, injected ones included."""
+        ...
+
+    @property
+    def budget(self) -> float:
+        """Tokens the caller may still emit (max_tokens minus generated)."""
+        ...
+
+    def tail(self, n: int) -> Sequence[int]:
+        """The last `n` ids, oldest first; shorter near the start or past the window."""
+        ...
+
+
+@runtime_checkable
+class ProposalSource(Protocol):
+    """Anything that can propose the tokens that follow the current tail."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def window_needed(self) -> int:
+        """How many trailing ids this source reads through `TokenView.tail`."""
+        ...
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        """The ids that follow, or None. The session clamps what comes back."""
+        ...
+
+    def observe(self, ids: Sequence[int]) -> None:
+        """Every id that entered the sequence, in order (may do nothing)."""
+        ...
