@@ -1,0 +1,98 @@
+"""ffwd.config: every FFWD_FILL* variable, overrides, and the errors they raise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ffwd.config import FillConfig, cache_dir, resolve_fill_config, resolve_fill_mode
+
+
+@pytest.mark.parametrize(
+    ("raw", "mode"),
+    [(None, "off"), ("", "off"), ("off", "off"), ("0", "off"), ("strict", "strict"),
+     ("1", "strict"), ("echo", "echo"), (" ECHO ", "echo")],
+)
+def test_resolve_fill_mode(raw: str | None, mode: str) -> None:
+    assert resolve_fill_mode(raw) == mode
+
+
+@pytest.mark.parametrize("raw", ["on", "2", "yes", "strict,echo", 1])
+def test_resolve_fill_mode_rejects_with_the_variable_name(raw: object) -> None:
+    with pytest.raises(ValueError, match=r"FFWD_FILL=.*expected off\|strict\|echo"):
+        resolve_fill_mode(raw)
+
+
+def test_defaults_match_the_design() -> None:
+    c = resolve_fill_config({})
+    assert c == FillConfig()
+    assert (c.fill, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
+        "off", 32, 0, 8, 24, 131072)
+    assert c.trace is False and c.echo_config() is None and not c.strict
+
+
+def test_environment_values_are_parsed() -> None:
+    env = {
+        "FFWD_FILL": "echo", "FFWD_FILL_MAX_SPAN": "16", "FFWD_FILL_APPEND_CHUNK_SIZE": "4",
+        "FFWD_FILL_K": "6", "FFWD_FILL_CANDIDATES": "3", "FFWD_FILL_INDEX_MAX": "2048",
+        "FFWD_FILL_TRACE": "/tmp/x.jsonl",
+    }
+    c = resolve_fill_config(env)
+    assert (c.fill, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
+        "echo", 16, 4, 6, 3, 2048)
+    assert c.trace_path == "/tmp/x.jsonl" and c.trace_checks
+    e = c.echo_config()
+    assert e is not None and (e.k, e.max_span, e.max_candidates, e.index_max) == (6, 16, 3, 2048)
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "accepted"),
+    [("FFWD_FILL_MAX_SPAN", "1", ">= 2"), ("FFWD_FILL_MAX_SPAN", "ten", ">= 2"),
+     ("FFWD_FILL_APPEND_CHUNK_SIZE", "-1", ">= 0"), ("FFWD_FILL_K", "1", ">= 2"),
+     ("FFWD_FILL_CANDIDATES", "0", ">= 1"), ("FFWD_FILL_INDEX_MAX", "100", ">= 1024"),
+     ("FFWD_FILL_K", "3.5", ">= 2")],
+)
+def test_bad_values_name_variable_value_and_range(var: str, value: str, accepted: str) -> None:
+    with pytest.raises(ValueError) as exc:
+        resolve_fill_config({var: value})
+    msg = str(exc.value)
+    assert var in msg and repr(value) in msg and accepted in msg
+
+
+def test_trace_values() -> None:
+    assert resolve_fill_config({"FFWD_FILL_TRACE": "1"}).trace is True
+    assert resolve_fill_config({"FFWD_FILL_TRACE": "0"}).trace is False
+    c = resolve_fill_config({"FFWD_FILL_TRACE": "1"})
+    assert c.trace_checks and c.trace_path is None
+
+
+def test_overrides_apply_on_top_of_the_environment() -> None:
+    c = resolve_fill_config({"FFWD_FILL": "strict", "FFWD_FILL_K": "4"},
+                            {"fill": "echo", "max_span": 8, "k": None})
+    assert (c.fill, c.max_span, c.k) == ("echo", 8, 4)
+    assert c.with_overrides({"candidates": "5"}).candidates == 5
+
+
+def test_override_errors() -> None:
+    with pytest.raises(ValueError, match=r"unknown fill setting 'spam'.*max_span"):
+        FillConfig().with_overrides({"spam": 1})
+    with pytest.raises(ValueError, match="FFWD_FILL_MAX_SPAN=True"):
+        FillConfig().with_overrides({"max_span": True})
+    with pytest.raises(ValueError, match="FFWD_FILL="):
+        FillConfig().with_overrides({"fill": "fast"})
+
+
+def test_cache_dir(tmp_path: Path) -> None:
+    assert cache_dir({"FFWD_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "ffwd"
+    assert cache_dir({}).name == "ffwd"
+
+
+def test_no_other_module_reads_the_environment() -> None:
+    root = Path(__file__).resolve().parents[2] / "ffwd"
+    offenders = [
+        str(p.relative_to(root)) for p in root.rglob("*.py")
+        if p.name != "config.py" and ("os.environ" in p.read_text() or "getenv" in p.read_text())
+    ]
+    assert offenders == []
