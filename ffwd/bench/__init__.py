@@ -1,0 +1,1 @@
+"""Benchmarks, workloads and the model-free replay."""
