@@ -1,0 +1,219 @@
+"""The HTTP layer with a scripted service: shapes, auth, errors, queueing, SSE."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from ffwd.serve.app import Emit, create_app
+from ffwd.serve.errors import bad_request
+from ffwd.serve.events import ContentDelta, Finished, ToolCallDelta, ToolCallOut, Usage
+from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+
+
+class Scripted:
+    """Emits a fixed script; `gate` (if set) blocks runs until released."""
+
+    model_id = "tiny"
+
+    def __init__(self, gate: threading.Event | None = None, fail: bool = False) -> None:
+        self.gate = gate
+        self.fail = fail
+        self.started = threading.Semaphore(0)
+        self.resets = 0
+        self.cancel_seen = threading.Event()
+
+    def prepare_chat(self, req: ChatCompletionRequest) -> Any:
+        if req.messages[0].text == "too long":
+            raise bad_request("prompt is 5000 tokens, the context window is 2048", "messages")
+        return req
+
+    def prepare_completion(self, req: CompletionRequest) -> Any:
+        return req
+
+    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        self.started.release()
+        if self.gate is not None:
+            while not self.gate.wait(0.01):
+                if cancelled():
+                    self.cancel_seen.set()
+                    return
+        if self.fail:
+            raise RuntimeError("boom")
+        tools = isinstance(prepared, ChatCompletionRequest) and prepared.tools
+        if tools:
+            emit(ToolCallDelta(0, id="call_1", name="get_weather"))
+            emit(ToolCallDelta(0, arguments='{"city": '))
+            emit(ToolCallDelta(0, arguments='"Paris"}'))
+            call = ToolCallOut("call_1", "get_weather", '{"city": "Paris"}')
+            emit(Finished("tool_calls", None, (call,), Usage(10, 7)))
+            return
+        emit(ContentDelta("Hello"))
+        emit(ContentDelta(" world"))
+        emit(Finished("stop", "Hello world", (), Usage(10, 2, 4), {"forward_calls": 2}))
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Scripted())) as c:
+        yield c
+
+
+def sse(text: str) -> list[Any]:
+    out: list[Any] = []
+    for block in text.strip().split("\n\n"):
+        assert block.startswith("data: ")
+        data = block[len("data: "):]
+        out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_chat_completion_shape(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200
+    body = r.json()
+    assert body["object"] == "chat.completion" and body["model"] == "tiny"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "Hello world"}
+    assert body["choices"][0]["finish_reason"] == "stop"
+    assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
+                             "prompt_tokens_details": {"cached_tokens": 4}}
+    assert body["ffwd"] == {"forward_calls": 2}
+
+
+def test_chat_stream_chunks(client: TestClient) -> None:
+    body = {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    chunks = sse(r.text)
+    assert chunks[-1] == "[DONE]"
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks[1:-3])
+    assert text == "Hello world"
+    assert chunks[-3]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-2]["choices"] == [] and chunks[-2]["usage"]["total_tokens"] == 12
+
+
+def test_streamed_tool_call_deltas(client: TestClient) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    r = client.post("/v1/chat/completions",
+                    json={**CHAT, "stream": True, "tools": tools, "tool_choice": "required"})
+    chunks = sse(r.text)
+    deltas = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
+              if c != "[DONE]" and c["choices"] and "tool_calls" in c["choices"][0]["delta"]]
+    assert deltas[0] == {"index": 0, "id": "call_1", "type": "function",
+                         "function": {"name": "get_weather", "arguments": ""}}
+    assert "".join(d["function"]["arguments"] for d in deltas) == '{"city": "Paris"}'
+    assert all("id" not in d and "name" not in d["function"] for d in deltas[1:])
+    assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_completions_endpoint(client: TestClient) -> None:
+    r = client.post("/v1/completions", json={"model": "tiny", "prompt": "Say"})
+    assert r.status_code == 200
+    assert r.json()["choices"][0]["text"] == "Hello world"
+    assert r.json()["object"] == "text_completion"
+
+
+def test_models_health_metrics(client: TestClient) -> None:
+    assert client.get("/v1/models").json()["data"][0]["id"] == "tiny"
+    assert client.get("/health").json()["status"] == "ok"
+    client.post("/v1/chat/completions", json=CHAT)
+    text = client.get("/metrics").text
+    assert 'ffwd_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in text
+    assert "ffwd_request_latency_seconds_count 1.0" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "needle"),
+    [
+        ({**CHAT, "n": 3}, 400, "n", "n=3"),
+        ({**CHAT, "temperature": "hot"}, 400, "temperature", "valid number"),
+        ({"model": "tiny", "messages": []}, 400, "messages", "at least 1"),
+        ({**CHAT, "model": "gpt-9"}, 404, "model", "'gpt-9' does not exist"),
+        ({**CHAT, "tool_choice": "required"}, 400, "tool_choice", "requires tools"),
+        ({**CHAT, "tools": [{"type": "function", "function": {"name": "a"}}],
+          "tool_choice": {"type": "function", "function": {"name": "b"}}},
+         400, "tool_choice", "'b', which is not in tools (tools: a)"),
+        ({**CHAT, "messages": [{"role": "user", "content": "too long"}]}, 400, "messages",
+         "context window"),
+        ({**CHAT, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "at most 4"),
+        ({**CHAT, "logit_bias": {"x": 1}}, 400, "logit_bias", "not a token id"),
+    ],
+)
+def test_client_errors(client: TestClient, body: dict[str, Any], status: int, param: str,
+                       needle: str) -> None:
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == status
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["param"] == param and needle in err["message"]
+    assert client.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_malformed_json_and_wrong_body(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", content=b"{not json",
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = client.post("/v1/chat/completions", json=[1, 2])
+    assert r.status_code == 400 and "JSON object" in r.json()["error"]["message"]
+    r = client.get("/v1/nope")
+    assert r.status_code == 404 and "error" in r.json()
+
+
+def test_auth() -> None:
+    with TestClient(create_app(Scripted(), api_key="s3cret")) as c:
+        assert c.get("/health").status_code == 200
+        r = c.get("/v1/models")
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        r = c.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401
+        r = c.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 200
+        assert c.get("/metrics").status_code == 401
+
+
+def test_queue_full_is_429_and_server_recovers() -> None:
+    gate = threading.Event()
+    svc = Scripted(gate)
+    app = create_app(svc, max_queue=1)
+    results: list[int] = []
+    with TestClient(app) as c:
+        def call() -> None:
+            results.append(c.post("/v1/chat/completions", json=CHAT).status_code)
+
+        first = threading.Thread(target=call)
+        first.start()
+        assert svc.started.acquire(timeout=5)  # the first is running
+        second = threading.Thread(target=call)
+        second.start()
+        for _ in range(200):  # wait until the second is queued
+            if app.state.scheduler.depth == 1:
+                break
+            threading.Event().wait(0.01)
+        r = c.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 429 and "busy" in r.json()["error"]["message"]
+        gate.set()
+        first.join(5)
+        second.join(5)
+        assert results == [200, 200]
+        assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_failed_run_is_500_resets_and_next_request_works() -> None:
+    svc = Scripted(fail=True)
+    with TestClient(create_app(svc)) as c:
+        r = c.post("/v1/chat/completions", json=CHAT)
+        assert r.status_code == 500 and r.json()["error"]["type"] == "server_error"
+        assert svc.resets == 1
+        svc.fail = False
+        assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
