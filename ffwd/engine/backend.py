@@ -1,0 +1,92 @@
+"""What the decode loop needs from a model: a cache it can extend, read and cut back.
+
+Contract
+--------
+* The backend owns one sequence cache and knows the ids in it (`cache_len`).
+* `prefill(ids)` makes the cache hold exactly `ids`. It reuses the longest
+  common prefix with what is cached when the cache can be cut back to it (or
+  when the cached ids are already a prefix of `ids`), forwards the rest in
+  chunks, and returns how many leading ids were reused. At least the last id is
+  always forwarded, so `last_logits` afterwards predicts the id after `ids`.
+* `forward(ids)` appends `ids` and returns float32 logits for every position,
+  shape ``(len(ids), vocab_size)``; row j predicts the id after ``ids[j]``.
+  `append(ids)` does the same but returns only the last row (the output head
+  runs on one position). Every call of either counts one in `forward_calls`;
+  no call may exceed `max_append` ids.
+* `rewind(n)` drops the last n ids. Only when `can_rewind` is true, and only
+  as far as `rewindable`; anything else raises instead of leaving a cache that
+  no longer matches its ids.
+* Where the cache cannot be cut back (recurrent state), `checkpoint()` returns
+  an opaque snapshot and `restore(cp)` puts the cache back to it, ids
+  included; `can_checkpoint` says whether that is available.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class Backend(Protocol):
+    """A causal LM with one cache the decode loop extends, reads and cuts back."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def eos_ids(self) -> frozenset[int]: ...
+
+    @property
+    def max_append(self) -> int:
+        """The most ids one `forward`/`append` call may take."""
+        ...
+
+    @property
+    def cache_len(self) -> int:
+        """Ids in the cache."""
+        ...
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        """The ids in the cache, oldest first."""
+        ...
+
+    @property
+    def can_rewind(self) -> bool:
+        """Whether `rewind` can cut the cache back (False for recurrent state)."""
+        ...
+
+    @property
+    def rewindable(self) -> int:
+        """How many ids `rewind` may drop right now."""
+        ...
+
+    @property
+    def can_checkpoint(self) -> bool: ...
+
+    @property
+    def forward_calls(self) -> int:
+        """Model forward passes so far (prefill chunks included)."""
+        ...
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        """float32 logits after the last id forwarded (shape ``(vocab_size,)``)."""
+        ...
+
+    def prefill(self, ids: list[int]) -> int: ...
+
+    def forward(self, ids: list[int]) -> torch.Tensor: ...
+
+    def append(self, ids: list[int]) -> torch.Tensor: ...
+
+    def rewind(self, n: int) -> None: ...
+
+    def checkpoint(self) -> object: ...
+
+    def restore(self, checkpoint: object) -> None: ...
+
+    def reset(self) -> None:
+        """Drop the whole cache."""
+        ...

@@ -1,0 +1,85 @@
+"""`ffwd generate`: one generation from a prompt, printed as text or JSON.
+
+The prompt goes through the model's chat template as a user turn unless
+``--raw``. With ``--fill strict|echo`` the decode loop runs a fill session
+(no tools here, so strict has no rows to fire; echo copies from the context).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ffwd.config import FILL_MODES, resolve_engine_config, resolve_fill_config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
+    parser.add_argument("--prompt", required=True, help="the user message (or raw text)")
+    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--top-k", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    parser.add_argument("--dtype", default=None, help="auto|float32|bfloat16 (FFWD_DTYPE)")
+    parser.add_argument("--device", default=None, help="auto|cpu|cuda (FFWD_DEVICE)")
+    parser.add_argument("--threads", default=None, help="torch threads (FFWD_THREADS)")
+    parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
+    parser.add_argument("--fill", default=None, choices=FILL_MODES, help="FFWD_FILL")
+    parser.add_argument("--max-span", default=None, help="FFWD_FILL_MAX_SPAN")
+    parser.add_argument("--trace", default=None, help="FFWD_FILL_TRACE: 1 or a .jsonl path")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+
+
+def prompt_ids(tokenizer: Any, prompt: str, raw: bool) -> list[int]:
+    """The prompt as ids: raw text, or a user turn through the chat template."""
+    if raw:
+        return list(tokenizer.encode(prompt, add_special_tokens=False))
+    messages = [{"role": "user", "content": prompt}]
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(out, dict) or hasattr(out, "input_ids"):
+        out = out["input_ids"]
+    return [int(i) for i in out]
+
+
+def main(args: argparse.Namespace) -> int:
+    from ffwd.engine.generate import generate
+    from ffwd.engine.sampling import SamplingParams
+    from ffwd.fill import FillPlan
+    from ffwd.models import load_backend, load_tokenizer, resolve_model
+
+    try:
+        engine = resolve_engine_config(
+            overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}
+        )
+        fill = resolve_fill_config(
+            overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}
+        )
+        params = SamplingParams(
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
+        )
+        ref = resolve_model(args.model)
+    except ValueError as exc:
+        print(f"ffwd generate: {exc}", file=sys.stderr)
+        return 2
+    tokenizer = load_tokenizer(ref)
+    backend = load_backend(
+        ref, dtype=engine.dtype, device=engine.device,
+        prefill_chunk=engine.prefill_chunk, threads=engine.threads,
+    )
+    ids = prompt_ids(tokenizer, args.prompt, args.raw)
+    result = generate(
+        backend, tokenizer, ids, params,
+        max_tokens=args.max_tokens, stop=args.stop, plan=FillPlan(), fill=fill,
+    )
+    if args.json:
+        out = result.as_dict()
+        keep = ("text", "token_ids", "finish_reason", "stats", "forward_calls", "seconds")
+        extra = ("prompt_tokens", "completion_tokens", "prefill_seconds")
+        print(json.dumps({k: out[k] for k in (*keep, *extra)}, ensure_ascii=False))
+    else:
+        print(result.text)
+    return 0

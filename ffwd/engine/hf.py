@@ -1,0 +1,261 @@
+"""The transformers backend: any causal LM that transformers loads, one sequence.
+
+The cache is a `DynamicCache` built from the model's config, so each layer
+gets the kind transformers would give it (full attention, sliding window,
+short convolution, recurrent state). What that means for cutting back:
+
+* full attention: `crop(-n)` drops the last n ids, any n.
+* sliding-window and convolution layers keep only a bounded past. With past
+  recording on they keep everything until the next `crop`, so the ids of the
+  last forward can be dropped; before every forward we settle them with
+  `crop(0)`, which shrinks them back to their window. `rewindable` says how far
+  back a rewind may go and `rewind` refuses to go further.
+* recurrent state (Mamba, gated delta-net, hybrids that carry one) is updated
+  in place and can never be cropped: `can_rewind` is False, and `checkpoint`
+  clones that state so `restore` can put it back.
+* `mamba` and `falcon_mamba` in transformers restart the scan from a zero
+  state whenever more than one id enters a non-empty cache, so those models
+  append one id per forward (`max_append == 1`) and always prefill from empty.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import LinearAttentionCacheLayerMixin
+
+# See the module docstring: multi-id appends silently lose the state.
+SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    layers: tuple[dict[str, Any], ...]
+    n_ids: int
+    since_settle: int
+    last_logits: torch.Tensor | None
+
+
+def _layer_state(layer: object) -> dict[str, Any]:
+    """A restorable copy of one cache layer's attributes.
+
+    Key/value tensors are shared, not copied: `DynamicLayer` grows them with
+    `torch.cat` and crops by slicing, never writing in place. Conv and
+    recurrent states live in dicts and are updated in place, so they are cloned.
+    """
+    state = dict(vars(layer))
+    for name, value in state.items():
+        if isinstance(value, dict):
+            state[name] = {
+                k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in value.items()
+            }
+    return state
+
+
+def _config_eos(model: Any) -> frozenset[int]:
+    ids: set[int] = set()
+    for cfg in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, list | tuple):
+            ids.update(int(e) for e in eos)
+    return frozenset(ids)
+
+
+class HFBackend:
+    """A transformers causal LM and its cache; implements `ffwd.engine.backend.Backend`."""
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        eos_ids: frozenset[int] | None = None,
+        prefill_chunk: int = 512,
+    ) -> None:
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk={prefill_chunk}: expected an integer >= 1")
+        self.model = model.eval()
+        self.device = next(model.parameters()).device
+        self.model_type: str = getattr(model.config, "model_type", "")
+        self._vocab = int(model.get_output_embeddings().weight.shape[0])
+        self._eos = frozenset(eos_ids) if eos_ids is not None else _config_eos(model)
+        self._one_at_a_time = self.model_type in SCAN_RESTARTS_ON_APPEND
+        self._max_append = 1 if self._one_at_a_time else prefill_chunk
+        params = inspect.signature(model.forward).parameters
+        self._keep_kw = "logits_to_keep" in params
+        self._forward_calls = 0
+        self.reset()
+
+    # --- facts ----------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def max_append(self) -> int:
+        return self._max_append
+
+    @property
+    def cache_len(self) -> int:
+        return len(self._ids)
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    @property
+    def forward_calls(self) -> int:
+        return self._forward_calls
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        if self._last is None:
+            raise RuntimeError("no logits yet: prefill or forward first")
+        return self._last
+
+    @property
+    def can_rewind(self) -> bool:
+        # Linear-attention layers say whether they hold recurrent state only
+        # once initialised; an empty cache has nothing to rewind anyway.
+        return not self._ids or bool(self._cache.is_croppable)
+
+    @property
+    def rewindable(self) -> int:
+        if not self.can_rewind:
+            return 0
+        return self._since_settle if self._bounded else len(self._ids)
+
+    @property
+    def can_checkpoint(self) -> bool:
+        return not self._one_at_a_time
+
+    # --- cache ----------------------------------------------------------
+    def reset(self) -> None:
+        self._cache = DynamicCache(config=self.model.config)
+        layers = self._cache.layers
+        self._bounded = any(
+            getattr(layer, "is_sliding", False) or isinstance(layer, LinearAttentionCacheLayerMixin)
+            for layer in layers
+        )
+        if self._bounded and not self._one_at_a_time:
+            self._cache.activate_past_recording()
+        self._ids: list[int] = []
+        self._since_settle = 0
+        self._last: torch.Tensor | None = None
+
+    def rewind(self, n: int) -> None:
+        """Drop the last `n` ids from the cache; raise if the cache cannot."""
+        if n == 0:
+            return
+        if n < 0 or n > len(self._ids):
+            raise ValueError(f"rewind({n}) with {len(self._ids)} ids cached")
+        if not self.can_rewind:
+            raise RuntimeError(
+                f"{self.model_type}: this cache holds recurrent state and cannot be rewound; "
+                "use checkpoint()/restore()"
+            )
+        if n > self.rewindable:
+            raise RuntimeError(
+                f"{self.model_type}: rewind({n}) reaches past the {self.rewindable} ids the "
+                "sliding-window/convolution layers still hold"
+            )
+        with torch.no_grad():
+            self._cache.crop(-n)
+        del self._ids[-n:]
+        self._since_settle -= n
+        self._last = None
+
+    def checkpoint(self) -> object:
+        """Snapshot the cache (recurrent and conv states cloned) for `restore`."""
+        if not self.can_checkpoint:
+            raise RuntimeError(f"{self.model_type}: checkpoint is not supported")
+        with torch.no_grad():
+            layers = tuple(_layer_state(layer) for layer in self._cache.layers)
+        return _Snapshot(layers, len(self._ids), self._since_settle, self._last)
+
+    def restore(self, checkpoint: object) -> None:
+        """Put the cache back as it was at `checkpoint` (each snapshot restores once)."""
+        if not isinstance(checkpoint, _Snapshot) or len(checkpoint.layers) != len(
+            self._cache.layers
+        ):
+            raise ValueError("restore: not a checkpoint of this cache")
+        if checkpoint.n_ids > len(self._ids):
+            raise ValueError("restore: the checkpoint is newer than the cache")
+        for layer, state in zip(self._cache.layers, checkpoint.layers, strict=True):
+            vars(layer).update(state)
+        del self._ids[checkpoint.n_ids :]
+        self._since_settle = checkpoint.since_settle
+        self._last = checkpoint.last_logits
+
+    # --- forwards ---------------------------------------------------------
+    def prefill(self, ids: list[int]) -> int:
+        """Make the cache hold `ids`; return how many leading ids were reused."""
+        if not ids:
+            raise ValueError("prefill of an empty prompt")
+        reuse = self._reusable_prefix(ids)
+        if reuse == 0:
+            self.reset()
+        else:
+            self.rewind(len(self._ids) - reuse)
+        rest = list(ids[reuse:])
+        if self._one_at_a_time:
+            # Only an empty cache takes a whole prompt in one forward.
+            self._run(rest, keep=1, limit=len(rest))
+            return reuse
+        for start in range(0, len(rest), self._max_append):
+            self._run(rest[start : start + self._max_append], keep=1)
+        return reuse
+
+    def forward(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; float32 logits for every position, ``(len(ids), vocab)``."""
+        return self._run(ids, keep=0)
+
+    def append(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
+        return self._run(ids, keep=1)[-1]
+
+    def _reusable_prefix(self, ids: list[int]) -> int:
+        cached = self._ids
+        limit = min(len(cached), len(ids) - 1)  # the last id is always forwarded
+        n = 0
+        while n < limit and cached[n] == ids[n]:
+            n += 1
+        if self._one_at_a_time:
+            return 0
+        if n == len(cached):
+            return n  # a pure extension needs no cut
+        return n if len(cached) - n <= self.rewindable else 0
+
+    def _run(self, ids: list[int], *, keep: int, limit: int | None = None) -> torch.Tensor:
+        if not ids:
+            raise ValueError("forward of no ids")
+        if len(ids) > (limit or self._max_append):
+            raise ValueError(f"forward of {len(ids)} ids: max_append is {self._max_append}")
+        if self._bounded and self._ids and not self._one_at_a_time:
+            with torch.no_grad():
+                self._cache.crop(0)  # shrink window/conv layers back; see the module docstring
+            self._since_settle = 0
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)
+        kwargs: dict[str, Any] = {"input_ids": x, "cache": self._cache, "use_cache": True}
+        if self._keep_kw:
+            kwargs["logits_to_keep"] = keep
+        with torch.no_grad():
+            out = self.model(**kwargs)
+        self._forward_calls += 1
+        self._ids.extend(ids)
+        self._since_settle += len(ids)
+        logits = out.logits[0]
+        if keep:
+            logits = logits[-keep:]
+        logits = logits.float()
+        self._last = logits[-1]
+        return logits

@@ -1,0 +1,253 @@
+"""Sampling: plain logits processors, a seeded sampler, and lossless span verification.
+
+Processors are functions ``(logits, ...) -> logits`` on one float32 row; the
+`Sampler` applies them in a fixed order (logit bias, penalties, temperature,
+top-k, top-p, min-p) and draws from its own seeded `torch.Generator`, so
+requests never share random state.
+
+`verify_span` decides how much of a proposed span the model keeps:
+
+* greedy (temperature 0): accept while the processed argmax equals the
+  proposed id; at the first disagreement the argmax is the next id.
+* sampling: accept proposed id ``s`` with probability ``p(s)`` under the
+  processed distribution; at the first rejection draw the replacement from
+  ``p`` with ``s`` removed and renormalised. Either way each emitted id has
+  exactly the distribution plain decoding would give it:
+  ``p(s)`` for ``s`` and ``(1 - p(s)) * p(y) / (1 - p(s)) = p(y)`` for ``y != s``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Per-request sampling settings (OpenAI names; temperature 0 = greedy).
+
+    `repetition_penalty` (divide positive logits, multiply negative ones)
+    applies to ids in the prompt and the output; `presence_penalty` and
+    `frequency_penalty` (subtracted once / per occurrence) to output ids only.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: Mapping[int, float] = field(default_factory=dict)
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        checks = (
+            ("temperature", self.temperature >= 0),
+            ("top_k", self.top_k >= 0),
+            ("top_p", 0 < self.top_p <= 1),
+            ("min_p", 0 <= self.min_p < 1),
+            ("repetition_penalty", self.repetition_penalty > 0),
+        )
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"sampling {name}={getattr(self, name)!r} is out of range")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+# --- processors -----------------------------------------------------------
+
+
+def apply_logit_bias(logits: torch.Tensor, bias: Mapping[int, float]) -> torch.Tensor:
+    if not bias:
+        return logits
+    ids = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
+    vals = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
+    return logits.index_add(0, ids, vals)
+
+
+def apply_repetition_penalty(
+    logits: torch.Tensor, seen: torch.Tensor, penalty: float
+) -> torch.Tensor:
+    """`seen`: ids to penalise (any order, duplicates allowed)."""
+    if penalty == 1.0 or seen.numel() == 0:
+        return logits
+    picked = logits[seen]
+    picked = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return logits.index_put((seen,), picked)
+
+
+def apply_presence_frequency(
+    logits: torch.Tensor, generated: torch.Tensor, presence: float, frequency: float
+) -> torch.Tensor:
+    if (presence == 0 and frequency == 0) or generated.numel() == 0:
+        return logits
+    counts = torch.bincount(generated, minlength=logits.shape[-1]).to(logits.dtype)
+    return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)
+
+
+def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
+    if k <= 0 or k >= logits.shape[-1]:
+        return logits
+    kth = torch.topk(logits, k).values[-1]
+    return logits.masked_fill(logits < kth, -float("inf"))
+
+
+def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """Keep the smallest set of most likely ids whose probability reaches `p`."""
+    if p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True)
+    probs = torch.softmax(sorted_logits, dim=-1)
+    # Drop an id when the mass before it already reaches p (the top id always stays).
+    drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= p
+    drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+    return logits.masked_fill(drop, -float("inf"))
+
+
+def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
+    """Drop ids whose probability is below `min_p` times the top probability."""
+    if min_p <= 0:
+        return logits
+    probs = torch.softmax(logits, dim=-1)
+    return logits.masked_fill(probs < min_p * probs.max(), -float("inf"))
+
+
+# --- sampler --------------------------------------------------------------
+
+
+class Sampler:
+    """`SamplingParams` turned into processing plus a seeded generator.
+
+    `generated` arguments are the ids emitted so far in this request (for the
+    presence/frequency penalties); the prompt ids given at construction count
+    for the repetition penalty too.
+    """
+
+    def __init__(self, params: SamplingParams, prompt_ids: Sequence[int] = ()) -> None:
+        self.params = params
+        self.generator = torch.Generator()
+        if params.seed is not None:
+            self.generator.manual_seed(params.seed)
+        else:
+            self.generator.seed()
+        self._prompt = torch.tensor(list(prompt_ids), dtype=torch.long)
+        p = params
+        self._penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
+        self._plain = not (self._penalised or p.logit_bias)
+
+    @property
+    def greedy(self) -> bool:
+        return self.params.greedy
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy on the raw logits: no bias, no penalties (argmax needs no processing)."""
+        return self.params.greedy and self._plain
+
+    def process(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> torch.Tensor:
+        """Bias, penalties, temperature and truncation applied to one logits row."""
+        p = self.params
+        out = logits.float().cpu()
+        out = apply_logit_bias(out, p.logit_bias)
+        if self._penalised:
+            gen = torch.tensor(list(generated), dtype=torch.long)
+            seen = torch.cat([self._prompt, gen])
+            out = apply_repetition_penalty(out, seen, p.repetition_penalty)
+            out = apply_presence_frequency(out, gen, p.presence_penalty, p.frequency_penalty)
+        if p.greedy:
+            return out
+        out = out / p.temperature
+        out = apply_top_k(out, p.top_k)
+        out = apply_top_p(out, p.top_p)
+        return apply_min_p(out, p.min_p)
+
+    def probs(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> torch.Tensor:
+        """The distribution `sample` draws from (one-hot on the argmax when greedy)."""
+        processed = self.process(logits, generated)
+        if self.greedy:
+            return torch.nn.functional.one_hot(processed.argmax(), processed.shape[-1]).float()
+        return torch.softmax(processed, dim=-1)
+
+    def sample(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> int:
+        if self.plain_greedy:
+            return int(logits.argmax())  # the hot path: no copy, no processing
+        if self.greedy:
+            return int(self.process(logits, generated).argmax())
+        return self.draw(self.probs(logits, generated))
+
+    def draw(self, probs: torch.Tensor) -> int:
+        return int(torch.multinomial(probs, 1, generator=self.generator))
+
+    def accept(self, prob: float) -> bool:
+        """True with probability `prob` (one uniform draw from this sampler's generator)."""
+        return float(torch.rand((), generator=self.generator)) < prob
+
+    __call__ = sample
+
+
+def make_sampler(params: SamplingParams | None = None, prompt_ids: Sequence[int] = ()) -> Sampler:
+    return Sampler(params or SamplingParams(), prompt_ids)
+
+
+# --- verification -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpanVerdict:
+    """`accepted` leading ids of the span were kept; `next_id` follows them.
+
+    `next_id` is the replacement at the first rejection, or the id drawn from
+    the row after the span when every id was accepted and that row was given;
+    None when the span was fully accepted and no row follows it.
+    """
+
+    accepted: int
+    next_id: int | None
+
+
+def verify_span(
+    logits: torch.Tensor,
+    proposed: Sequence[int],
+    sampler: Sampler,
+    generated: Sequence[int] = (),
+) -> SpanVerdict:
+    """Keep the prefix of `proposed` the model would have produced itself.
+
+    Row j of `logits` is the model's distribution for position j of the span
+    (row 0: after the sampled id). A row past the span, when present, gives the
+    id after a fully accepted span. `generated` is the output so far, before
+    the span (for penalties).
+    """
+    if logits.shape[0] < len(proposed):
+        raise ValueError(f"verify_span: {logits.shape[0]} rows for {len(proposed)} ids")
+    history = list(generated)
+    fast_greedy = sampler.plain_greedy
+    if fast_greedy:
+        # One argmax over all rows instead of a processing pass per row.
+        choice = logits[: len(proposed) + 1].argmax(dim=-1).tolist()
+    for j, tok in enumerate(proposed):
+        if fast_greedy:
+            if choice[j] != tok:
+                return SpanVerdict(j, choice[j])
+            continue
+        probs = sampler.probs(logits[j], history)
+        if sampler.greedy:
+            best = int(probs.argmax())
+            if best != tok:
+                return SpanVerdict(j, best)
+        elif not sampler.accept(float(probs[tok])):
+            rest = probs.clone()
+            rest[tok] = 0.0
+            return SpanVerdict(j, sampler.draw(rest / rest.sum()))
+        history.append(tok)
+    n = len(proposed)
+    if logits.shape[0] > n:
+        nxt = choice[n] if fast_greedy else sampler.sample(logits[n], history)
+        return SpanVerdict(n, nxt)
+    return SpanVerdict(n, None)
