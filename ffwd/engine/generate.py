@@ -33,7 +33,13 @@ import torch
 
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
-from ffwd.engine.sampling import Sampler, SamplingParams, make_sampler, verify_span
+from ffwd.engine.sampling import (
+    Sampler,
+    SamplingParams,
+    SpanVerdict,
+    make_sampler,
+    verify_span,
+)
 from ffwd.fill import FillPlan, FillSession, FillStats, Proposal, TraceRecord, TraceWriter
 from ffwd.fill.session import StrictFillContext
 
@@ -193,11 +199,14 @@ def _verify_step(
         replay_from: list[int] = []
         saved, ms = _checkpoint(b)
         rows = torch.cat([row0[None], b.forward(span)])
+        # Position 0 is decided; each position gets exactly one acceptance draw.
+        rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]])
+        verdict = SpanVerdict(1 + rest.accepted, rest.next_id)
     else:
         replay_from = [token]
         saved, ms = _checkpoint(b)
         rows = b.forward([token, *span])
-    verdict = verify_span(rows, span, sampler, run.out)
+        verdict = verify_span(rows, span, sampler, run.out)
     ms += _cut_back(b, saved, replay_from + span[: verdict.accepted], len(span) - verdict.accepted)
     session.note_verify_event(ms)
     if run.trace is not None:

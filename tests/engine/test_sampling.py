@@ -1,0 +1,160 @@
+"""Sampler processors, seeding, and the losslessness of `verify_span` under sampling."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+
+import pytest
+import torch
+from conftest import tiny_backend
+
+import ffwd.engine.generate as gen
+from ffwd.engine.generate import generate_step
+from ffwd.engine.sampling import (
+    Sampler,
+    SamplingParams,
+    SpanVerdict,
+    apply_min_p,
+    apply_presence_frequency,
+    apply_repetition_penalty,
+    apply_top_k,
+    apply_top_p,
+    verify_span,
+)
+from ffwd.fill import FillPlan, FillSession, Proposal, TokenView
+
+
+def test_truncation_processors() -> None:
+    logits = torch.log(torch.tensor([0.5, 0.25, 0.15, 0.1]))
+    assert torch.isinf(apply_top_k(logits, 2)).tolist() == [False, False, True, True]
+    # 0.5 + 0.25 reaches 0.7: the rest goes.
+    assert torch.isinf(apply_top_p(logits, 0.7)).tolist() == [False, False, True, True]
+    # min_p 0.25 of the top (0.5) drops ids under 0.125.
+    assert torch.isinf(apply_min_p(logits, 0.25)).tolist() == [False, False, False, True]
+
+
+def test_penalties() -> None:
+    logits = torch.tensor([2.0, -2.0, 1.0])
+    rep = apply_repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)
+    assert rep.tolist() == [1.0, -4.0, 1.0]
+    pf = apply_presence_frequency(logits, torch.tensor([2, 2]), presence=0.5, frequency=0.25)
+    assert pf.tolist() == [2.0, -2.0, 0.0]
+
+
+def test_seeded_sampler_is_reproducible_and_independent() -> None:
+    logits = torch.zeros(50)
+    params = SamplingParams(temperature=1.0, seed=7)
+    a = [Sampler(params).sample(logits) for _ in range(3)]
+    s1, s2 = Sampler(params), Sampler(params)
+    run1 = [s1.sample(logits) for _ in range(20)]
+    run2 = [s2.sample(logits) for _ in range(20)]
+    assert run1 == run2 and len(set(a)) == 1
+
+
+def test_greedy_verify_span_keeps_the_argmax_prefix() -> None:
+    rows = torch.eye(5)[[1, 2, 3, 4]]  # row j's argmax: j + 1
+    sampler = Sampler(SamplingParams())
+    assert verify_span(rows, [1, 2, 3], sampler) == SpanVerdict(3, 4)
+    assert verify_span(rows, [1, 0, 3], sampler) == SpanVerdict(1, 2)
+    assert verify_span(rows[:2], [1, 2], sampler) == SpanVerdict(2, None)
+    # Greedy with a logit bias goes through the processed argmax.
+    biased = Sampler(SamplingParams(logit_bias={0: 10.0}))
+    assert verify_span(rows, [0, 0], biased) == SpanVerdict(2, 0)
+
+
+# --- losslessness ----------------------------------------------------------------
+
+VOCAB = 5
+SPAN = (1, 2, 3)
+
+
+class FixedVerifySource:
+    """Proposes the same span after every sampled id, under `verify`."""
+
+    name = "fixed"
+    window_needed = 1
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        return Proposal(SPAN, "verify", "echo")
+
+    def observe(self, ids: Sequence[int]) -> None:
+        pass
+
+
+def _exact_pairs(backend: object, prompt: list[int]) -> dict[tuple[int, int], float]:
+    """P(second, third generated id) under plain sampling at temperature 1."""
+    model = backend.model  # type: ignore[attr-defined]
+
+    def probs(ids: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            return torch.softmax(model(input_ids=torch.tensor([ids])).logits[0, -1].float(), -1)
+
+    p1 = probs(prompt)
+    out: Counter[tuple[int, int]] = Counter()
+    for a in range(VOCAB):
+        p2 = probs([*prompt, a])
+        for b in range(VOCAB):
+            p3 = probs([*prompt, a, b])
+            for c in range(VOCAB):
+                out[(b, c)] += float(p1[a] * p2[b] * p3[c])
+    return dict(out)
+
+
+def _sample_pairs(backend: object, prompt: list[int], runs: int, fill: bool, probe: bool) -> Counter:
+    counts: Counter[tuple[int, int]] = Counter()
+    for seed in range(runs):
+        backend.prefill(prompt)  # type: ignore[attr-defined]
+        session = FillSession(FillPlan(), prompt, sources=[FixedVerifySource()]) if fill else None
+        sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
+        ids = [e.token_id for e in generate_step(
+            backend, sampler, max_tokens=3, session=session, probe_first=probe  # type: ignore[arg-type]
+        )]
+        counts[(ids[1], ids[2])] += 1
+    return counts
+
+
+def _p_value(counts: Counter, exact: dict[tuple[int, int], float], runs: int) -> float:
+    stat = sum((counts[k] - runs * p) ** 2 / (runs * p) for k, p in exact.items())
+    df = len(exact) - 1
+    return float(torch.special.gammaincc(torch.tensor(df / 2), torch.tensor(stat / 2)))
+
+
+def _argmax_acceptance(
+    logits: torch.Tensor, proposed: Sequence[int], sampler: Sampler, generated: Sequence[int] = ()
+) -> SpanVerdict:
+    """The classic mistake: keep a proposed id only where it is the argmax."""
+    for j, tok in enumerate(proposed):
+        if int(logits[j].argmax()) != tok:
+            return SpanVerdict(j, sampler.sample(logits[j]))
+    n = len(proposed)
+    return SpanVerdict(n, sampler.sample(logits[n]) if logits.shape[0] > n else None)
+
+
+def test_sampling_verify_is_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chi-square of (2nd, 3rd) ids against the exact plain-sampling distribution."""
+    runs = 1000
+    backend = tiny_backend(vocab=VOCAB, scale=3.0, seed=3)
+    prompt = [0, 4, 2, 1, 3, 0]
+    exact = _exact_pairs(backend, prompt)
+    assert min(exact.values()) * runs > 5  # chi-square needs expected counts >= 5
+    # The span must be plausible but not certain, or a wrong rule could pass.
+    assert all(p < 0.9 for p in exact.values())
+
+    p_values = {"off": _p_value(_sample_pairs(backend, prompt, runs, False, True), exact, runs)}
+    for probe in (True, False):
+        counts = _sample_pairs(backend, prompt, runs, fill=True, probe=probe)
+        p_values[f"probe={probe}"] = _p_value(counts, exact, runs)
+    assert all(p > 1e-3 for p in p_values.values()), p_values
+
+    monkeypatch.setattr(gen, "verify_span", _argmax_acceptance)
+    wrong = _sample_pairs(backend, prompt, runs, fill=True, probe=False)
+    assert _p_value(wrong, exact, runs) < 1e-8
+
+
+def test_exact_pairs_sum_to_one() -> None:
+    backend = tiny_backend(vocab=VOCAB, scale=3.0, seed=3)
+    exact = _exact_pairs(backend, [0, 1])
+    assert abs(sum(exact.values()) - 1) < 1e-5
+    assert set(exact) == set(itertools.product(range(VOCAB), repeat=2))
