@@ -190,7 +190,7 @@ def load_model(
             )
             # The weights are already dequantized; transformers only keeps a GGUF
             # marker that makes save_pretrained refuse. Drop it to save plain tensors.
-            converted.hf_quantizer = None
+            converted.hf_quantizer = None  # type: ignore[assignment]
             if hasattr(converted.config, "quantization_config"):
                 del converted.config.quantization_config
             _save_atomically(converted, cached)

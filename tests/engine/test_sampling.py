@@ -102,7 +102,9 @@ def _exact_pairs(backend: object, prompt: list[int]) -> dict[tuple[int, int], fl
     return dict(out)
 
 
-def _sample_pairs(backend: object, prompt: list[int], runs: int, fill: bool, probe: bool) -> Counter:
+def _sample_pairs(
+    backend: object, prompt: list[int], runs: int, fill: bool, probe: bool
+) -> Counter:
     counts: Counter[tuple[int, int]] = Counter()
     for seed in range(runs):
         backend.prefill(prompt)  # type: ignore[attr-defined]

@@ -1,0 +1,218 @@
+"""The decode loop on tiny random models: fill never changes greedy output, only its cost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import CharTokenizer, repetitive_prompt, tiny_backend
+
+from ffwd.config import FillConfig
+from ffwd.engine.generate import (
+    Detokenizer,
+    GenerationResult,
+    StopMatcher,
+    generate,
+    stream_generate,
+)
+from ffwd.fill import FillPlan, FillRow, read_trace
+
+TOK = CharTokenizer()
+ECHO = FillConfig(fill="echo", k=2, trace=True)  # trace=True: cache checks on every step
+
+
+def run(
+    family: str = "llama",
+    prompt: list[int] | None = None,
+    fill: FillConfig | None = None,
+    *,
+    eos: tuple[int, ...] = (),
+    plan: FillPlan | None = None,
+    **kw: Any,
+) -> GenerationResult:
+    backend = tiny_backend(family, eos=eos)
+    prompt = repetitive_prompt(0) if prompt is None else prompt
+    if fill is not None and plan is None:
+        plan = FillPlan()
+    return generate(backend, TOK, prompt, max_tokens=kw.pop("max_tokens", 40), plan=plan,
+                    fill=fill, **kw)
+
+
+@pytest.mark.parametrize("probe", [True, False], ids=["probe-first", "combined"])
+@pytest.mark.parametrize("family", ["llama", "qwen2_sliding", "lfm2", "qwen3_next", "falcon_h1"])
+def test_greedy_echo_is_identical_to_off_with_fewer_forwards(family: str, probe: bool) -> None:
+    off_calls = echo_calls = accepted = rejected = 0
+    for seed in range(3):
+        prompt = repetitive_prompt(seed)
+        off = run(family, prompt)
+        echo = run(family, prompt, ECHO, probe_first=probe)
+        assert echo.token_ids == off.token_ids and echo.text == off.text
+        assert echo.finish_reason == off.finish_reason == "length"
+        off_calls += off.forward_calls
+        echo_calls += echo.forward_calls
+        accepted += echo.stats.verify_accepted
+        rejected += echo.stats.verify_rejected
+    assert echo_calls < off_calls
+    assert accepted > 0 and rejected > 0  # both paths of verify were exercised
+
+
+def _echo_positions(res: GenerationResult) -> list[int]:
+    return [i for i, o in enumerate(res.origins) if o == "echo"]
+
+
+def test_stop_string_inside_an_injected_span() -> None:
+    full = run(fill=ECHO)
+    text = full.text
+    # The shortest stop (two characters or more) whose first occurrence ends on an injected id.
+    stop = min(
+        (text[a : p + 1] for p in _echo_positions(full) for a in range(p)
+         if text.find(text[a : p + 1]) == a),
+        key=len,
+    )
+    off = run(stop=[stop])
+    echo = run(fill=ECHO, stop=[stop])
+    assert echo.finish_reason == off.finish_reason == "stop"
+    assert echo.token_ids == off.token_ids and echo.text == off.text
+    assert stop not in echo.text and echo.origins[-1] == "echo"
+
+
+def test_max_tokens_inside_a_span_ends_where_plain_decoding_does() -> None:
+    full = run(fill=ECHO)
+    cuts = [p + 1 for p in _echo_positions(full) if p + 1 < len(full.token_ids)][:6]
+    assert cuts
+    for n in cuts:
+        off = run(max_tokens=n)
+        echo = run(fill=ECHO, max_tokens=n)
+        assert echo.token_ids == off.token_ids and len(echo.token_ids) == n
+        assert echo.finish_reason == "length"
+        assert echo.forward_calls <= off.forward_calls
+
+
+def _eos_candidate(tmp_path: Path) -> tuple[list[int], int, int]:
+    """A prompt, an id and its index where an accepted echo span carries a first-seen id.
+
+    The prompt holds the model's own continuation, so echo copies it; the id
+    sits at span position >= 2, so the span cut before it still has 2 ids.
+    """
+    for seed in range(12):
+        g = torch.Generator().manual_seed(seed)
+        head = torch.randint(0, 64, (12,), generator=g).tolist()
+        prompt = [*head, *run(prompt=head, max_tokens=16).token_ids, *head]
+        path = tmp_path / f"{seed}.jsonl"
+        full = run(prompt=prompt, fill=FillConfig(fill="echo", k=2, trace=str(path)), max_tokens=30)
+        for rec in read_trace(path):
+            at, proposed = int(rec["generated"]), rec["proposed"]  # type: ignore[call-overload]
+            for j in range(2, int(rec["accepted"])):  # type: ignore[call-overload]
+                if proposed[j] not in full.token_ids[: at + j]:
+                    return prompt, proposed[j], at + j
+    raise AssertionError("no seed gives an echo span with a first-seen id")
+
+
+def test_eos_inside_a_copied_span(tmp_path: Path) -> None:
+    prompt, eos_id, index = _eos_candidate(tmp_path)
+    off = run(prompt=prompt, eos=(eos_id,), max_tokens=30)
+    echo = run(prompt=prompt, fill=ECHO, eos=(eos_id,), max_tokens=30)
+    assert off.token_ids == echo.token_ids and len(echo.token_ids) == index
+    assert echo.finish_reason == off.finish_reason == "stop"
+    assert echo.origins[-1] == "echo"  # the span was cut right before the EOS id
+
+
+def test_assert_span_rides_in_one_forward() -> None:
+    off = run(max_tokens=24)
+    assert off.forward_calls == 24  # one prefill + one forward per id but the last
+    trigger = (off.token_ids[3],)
+    span = (60, 61, 62, 63, 60, 61)
+    plan = FillPlan(rows=(FillRow(trigger, span, "scaffold"),))
+    res = run(plan=plan, fill=FillConfig(fill="strict", trace=True), max_tokens=24)
+    ids = res.token_ids
+    assert ids[:4] == off.token_ids[:4] and tuple(ids[4:10]) == span
+    assert res.origins[4:10] == ["template"] * 6
+    spans = res.stats.span_lens
+    assert spans and res.stats.strict == sum(spans) and len(ids) == 24
+    # Each span's ids ride with the id that triggered it: a forward saved per span id.
+    assert res.forward_calls == off.forward_calls - sum(spans)
+
+    chunked = run(plan=plan, fill=FillConfig(fill="strict", append_chunk_size=2), max_tokens=24)
+    assert chunked.token_ids == ids
+    extra = sum(-(-(1 + n) // 2) - 1 for n in chunked.stats.span_lens)
+    assert chunked.forward_calls == res.forward_calls + extra
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1"])
+def test_recurrent_verify_checkpoints_and_counts(family: str) -> None:
+    prompt = repetitive_prompt(1)
+    off = run(family, prompt)
+    echo = run(family, prompt, ECHO)
+    assert echo.token_ids == off.token_ids
+    st = echo.stats
+    assert st.verify_events > 0 and st.checkpoint_ms > 0 and st.verify_unsupported == 0
+
+
+def test_mamba_drops_verify_and_counts_it() -> None:
+    prompt = repetitive_prompt(1)
+    off = run("mamba", prompt)
+    echo = run("mamba", prompt, ECHO)
+    assert echo.token_ids == off.token_ids
+    assert echo.stats.verify_unsupported > 0 and echo.stats.verify_events == 0
+    assert echo.forward_calls == off.forward_calls
+
+
+def test_trace_records_what_the_model_said(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    res = run(fill=FillConfig(fill="echo", k=2, trace=str(path)))
+    records = read_trace(path)
+    assert len(records) == res.stats.verify_events > 0
+    for r in records:
+        assert r["policy"] == "verify" and r["origin"] == "echo"
+        mismatch = r["first_mismatch"]
+        assert r["accepted"] == (r["proposed_len"] if mismatch == -1 else mismatch)
+        assert r["proposed_text"] == TOK.decode(r["proposed"])  # type: ignore[arg-type]
+
+
+def test_cancellation_is_checked_on_every_id() -> None:
+    seen: list[int] = []
+    backend = tiny_backend()
+    result = None
+    for c in stream_generate(
+        backend, TOK, repetitive_prompt(0), max_tokens=40, plan=FillPlan(), fill=ECHO,
+        cancelled=lambda: len(seen) >= 7,
+    ):
+        if c.token_id is not None:
+            seen.append(c.token_id)
+        result = c.result
+    assert result is not None and result.finish_reason == "cancelled"
+    assert len(result.token_ids) == 7 and result.token_ids == seen
+
+
+def test_prefix_reuse_across_generations() -> None:
+    backend = tiny_backend()
+    prompt = repetitive_prompt(2)
+    first = generate(backend, TOK, prompt, max_tokens=10)
+    second = generate(backend, TOK, [*prompt, *first.token_ids, 3, 4], max_tokens=10)
+    assert first.cached_tokens == 0 and second.cached_tokens == len(prompt) + 9
+
+
+def test_stop_matcher_holds_back_partial_matches() -> None:
+    m = StopMatcher(["END"])
+    assert m.feed("abE") == ("ab", False)
+    assert m.feed("N") == ("", False)
+    assert m.feed("Dzz") == ("", True)
+    m = StopMatcher(["xy"])
+    assert m.feed("ax") == ("a", False)
+    assert m.feed("b") == ("xb", False)
+    assert m.flush() == ""
+
+
+def test_detokenizer_waits_for_whole_characters() -> None:
+    class Bytes:
+        def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+            return bytes(ids).decode("utf-8", errors="replace")
+
+    d = Detokenizer(Bytes())
+    euro = list("€".encode())
+    assert d.add(ord("a")) == "a"
+    assert d.add(euro[0]) == "" and d.add(euro[1]) == ""
+    assert d.add(euro[2]) == "€"
+    assert d.add(euro[0]) == "" and d.flush() == "\ufffd"
