@@ -1,0 +1,72 @@
+"""The decode loop on the embedded SmolLM2-135M-Instruct (float32, CPU)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from ffwd.cli import main as ffwd_main
+from ffwd.config import FillConfig
+from ffwd.engine.cli import prompt_ids
+from ffwd.engine.generate import generate
+from ffwd.fill import FillPlan
+from ffwd.models import load_backend, load_tokenizer
+
+pytestmark = pytest.mark.slow
+
+QUOTE = (
+    "Copy this list exactly, then write it once more: "
+    "alpha-7, beta-12, gamma-31, delta-44, epsilon-58, zeta-63, eta-77, theta-81."
+)
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return load_tokenizer("default")
+
+
+@pytest.fixture(scope="module")
+def backend() -> Any:
+    return load_backend("default", dtype="float32")
+
+
+def test_greedy_echo_is_identical_to_off_in_float32(backend: Any, tokenizer: Any) -> None:
+    ids = prompt_ids(tokenizer, QUOTE, raw=False)
+    off = generate(backend, tokenizer, ids, max_tokens=80)
+    echo = generate(
+        backend, tokenizer, ids, max_tokens=80, plan=FillPlan(),
+        fill=FillConfig(fill="echo", trace=True),
+    )
+    assert echo.token_ids == off.token_ids and echo.text == off.text
+    assert echo.stats.verify_accepted > 0
+    # Prefill of the repeated prompt reuses all but its last id.
+    assert echo.cached_tokens == len(ids) - 1
+    assert echo.forward_calls < off.forward_calls
+
+
+def test_stop_string_on_the_real_tokenizer(backend: Any, tokenizer: Any) -> None:
+    ids = prompt_ids(tokenizer, QUOTE, raw=False)
+    full = generate(backend, tokenizer, ids, max_tokens=40)
+    stop = full.text[30:36]  # a few characters mid-output, across token boundaries
+    for fill in ("off", "echo"):
+        res = generate(
+            backend, tokenizer, ids, max_tokens=40, stop=[stop], plan=FillPlan(),
+            fill=FillConfig(fill=fill),  # type: ignore[arg-type]
+        )
+        assert res.finish_reason == "stop"
+        assert res.text == full.text[: full.text.index(stop)]
+
+
+def test_ffwd_generate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = ffwd_main([
+        "generate", "--model", "default", "--prompt", "Say hello.", "--max-tokens", "12",
+        "--dtype", "float32", "--fill", "echo", "--json",
+    ])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for key in ("text", "token_ids", "finish_reason", "stats", "forward_calls", "seconds"):
+        assert key in out
+    assert out["finish_reason"] in ("stop", "length") and out["token_ids"]
+    assert out["stats"]["decode_steps"] >= 1
