@@ -221,6 +221,22 @@ class FillSession:
     def sources(self) -> tuple[ProposalSource, ...]:
         return self._sources
 
+    def start(self, budget: float = math.inf) -> Proposal | None:
+        """Before the first sample: what the prompt's own tail determines.
+
+        A forced tool call (``tool_choice`` required or a named function) makes
+        the generation prompt's tail a trigger, so its opening markup is
+        injected before the model samples anything. Only strict rows are asked:
+        nothing has been generated yet for a copy to be checked against. The
+        commit contract is the same as for `push`.
+        """
+        if self.stats.decode_steps or self.stats.events:
+            raise RuntimeError("FillSession.start after the generation began")
+        if self._pending is not None:
+            raise RuntimeError("FillSession.start before commit of the previous proposal")
+        self._budget = budget
+        return self._propose((self._strict,), budget)
+
     def push(self, token_id: int, budget: float = math.inf) -> Proposal | None:
         """Record one sampled id; return what follows it, clamped, or None."""
         if self._pending is not None:
@@ -228,7 +244,11 @@ class FillSession:
         self.stats.decode_steps += 1
         self._append((token_id,))
         self._budget = budget
-        for source in self._sources:
+        return self._propose(self._sources, budget)
+
+    def _propose(self, sources: Sequence[ProposalSource], budget: float) -> Proposal | None:
+        """The first proposal of `sources` (in order) that survives the clamp."""
+        for source in sources:
             proposal = source.propose(self)
             if proposal is None:
                 continue

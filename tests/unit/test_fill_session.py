@@ -385,3 +385,26 @@ def test_default_budget_is_unbounded() -> None:
     s = session()
     s.push(1)
     assert math.isinf(s.budget)
+
+
+# --- start (forced openings) ----------------------------------------------------
+
+
+def test_start_fires_a_row_triggered_by_the_prompt_tail() -> None:
+    s = session(row([7, 8], [1, 2, 3]), prompt=[5, 7, 8])
+    p = s.start()
+    assert p == Proposal((1, 2, 3), "assert", "template")
+    s.commit(p, 3)
+    assert s.length == 6 and s.stats.decode_steps == 0 and s.stats.strict == 3
+    assert s.push(4) is None and s.stats.decode_steps == 1
+
+
+def test_start_asks_only_strict_rows_and_only_once() -> None:
+    s = session(sources=[ListSource([1, 2])], prompt=[5])
+    assert s.start() is None  # the caller source is not asked before a sample
+    s2 = session(row([5], [1, 2]), prompt=[5])
+    p = s2.start(budget=1)
+    assert p is None  # the budget clamp applies
+    s2.push(9)
+    with pytest.raises(RuntimeError, match="began"):
+        s2.start()
