@@ -1,1 +1,1 @@
-"""Benchmarks, workloads and the model-free replay."""
+"""Workloads, teacher-forced replay and benchmarks."""

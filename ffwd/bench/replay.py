@@ -1,0 +1,178 @@
+"""``ffwd replay``: a model-free, exact measure of what the strict tier saves.
+
+Each BFCL entry's first ground-truth call is rendered as the assistant turn
+with the chosen format's template; the whole rendering is tokenized and the
+assistant ids are pushed through a `FillSession` as if sampled. When a row
+fires, its ids are compared with the next ground-truth ids: equal ids are
+injected (skipped), a difference is a **mismatch** (a bug in the rows).
+
+``replay(entries, tokenizer, fmt=None, tool_choice="auto") -> ReplayResult``
+is the library form; ``main`` prints one JSON object with ``--json``
+(``entries, tokens, injected, fraction, mismatches, by_kind``) or a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ffwd.fill import FILL_KINDS, FillPlan, FillSession, Proposal
+from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.rows import compile_tools, default_eos_ids
+
+TOOL_CHOICES = ("auto", "required")
+
+
+@dataclass
+class ReplayResult:
+    entries: int = 0
+    tokens: int = 0
+    injected: int = 0
+    mismatches: int = 0
+    by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FILL_KINDS, 0))
+    compile_ms: list[float] = field(default_factory=list)
+    examples: list[dict[str, Any]] = field(default_factory=list)  # first few mismatches
+
+    @property
+    def fraction(self) -> float:
+        return self.injected / self.tokens if self.tokens else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        ms = sorted(self.compile_ms)
+        return {
+            "entries": self.entries,
+            "tokens": self.tokens,
+            "injected": self.injected,
+            "fraction": round(self.fraction, 4),
+            "mismatches": self.mismatches,
+            "by_kind": dict(self.by_kind),
+            "compile_ms_median": round(ms[len(ms) // 2], 2) if ms else 0.0,
+            "mismatch_examples": self.examples,
+        }
+
+
+def assistant_ids(tokenizer: Any, prompt: str, full: str, eos: Iterable[int]) -> list[int]:
+    """The ids the model would write after `prompt` to produce `full`, through EOS.
+
+    Sliced from the whole rendering's ids; when the prompt's last token merges
+    with the turn (the prompt's ids are not a prefix), the turn is encoded alone.
+    """
+    if not full.startswith(prompt):
+        raise ValueError("the rendering with the answer does not start with the prompt")
+    p = tokenizer.encode(prompt, add_special_tokens=False)
+    f = tokenizer.encode(full, add_special_tokens=False)
+    ids = f[len(p) :] if f[: len(p)] == p else tokenizer.encode(full[len(prompt) :],
+                                                                 add_special_tokens=False)
+    stop = set(eos)
+    for i, tok in enumerate(ids):
+        if tok in stop:
+            return ids[: i + 1]
+    return ids
+
+
+def kind_of(plan: FillPlan, ids: Sequence[int]) -> str:
+    """The kind of the row a (possibly clamped) proposal came from."""
+    n = len(ids)
+    for row in plan.rows:
+        if row.emit[:n] == tuple(ids):
+            return row.kind
+    return "scaffold"
+
+
+def replay_one(
+    plan: FillPlan, context: Any, prompt_ids: Sequence[int], truth: Sequence[int],
+    result: ReplayResult,
+) -> None:
+    session = FillSession(plan, prompt_ids, strict_context=context)
+    i = 0
+    while i < len(truth):
+        proposal: Proposal | None = session.push(truth[i])
+        i += 1
+        if proposal is None:
+            continue
+        n = len(proposal.ids)
+        if tuple(truth[i : i + n]) == proposal.ids:
+            session.commit(proposal, n)
+            result.injected += n
+            result.by_kind[kind_of(plan, proposal.ids)] += n
+            i += n
+        else:
+            session.commit(proposal, 0)
+            result.mismatches += 1
+            if len(result.examples) < 5:
+                result.examples.append({"at": i, "proposed": list(proposal.ids),
+                                        "truth": list(truth[i : i + n])})
+    result.tokens += len(truth)
+
+
+def replay(
+    entries: Iterable[Any], tokenizer: Any, fmt: str | None = None, tool_choice: str = "auto"
+) -> ReplayResult:
+    """Replay each entry's first ground-truth call (see the module docstring)."""
+    template, fmt_name = resolve_template(tokenizer, fmt)
+    eos = default_eos_ids(tokenizer)
+    result = ReplayResult()
+    for entry in entries:
+        t0 = time.perf_counter()
+        compiled = compile_tools(tokenizer, template, entry.tools, tool_choice, eos, fmt_name)
+        result.compile_ms.append((time.perf_counter() - t0) * 1000)
+        call = entry.call
+        answer = {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        ]}
+        prompt = render_chat(template, entry.messages, entry.tools, tokenizer=tokenizer)
+        full = render_chat(template, [*entry.messages, answer], entry.tools,
+                           add_generation_prompt=False, tokenizer=tokenizer)
+        truth = assistant_ids(tokenizer, prompt, full, eos)
+        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+        replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result)
+        result.entries += 1
+    return result
+
+
+# --- command line ---------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from ffwd.bench.bfcl import CATEGORIES
+    from ffwd.templates.formats import FORMATS
+
+    parser.add_argument("--bfcl", required=True, choices=CATEGORIES, metavar="CATEGORY",
+                        help=f"BFCL category ({', '.join(CATEGORIES)})")
+    parser.add_argument("--limit", type=int, default=None, help="first N entries only")
+    parser.add_argument("--format", choices=list(FORMATS), default=None,
+                        help="tool-call format (default: the model's own, else hermes)")
+    parser.add_argument("--tokenizer", default="default",
+                        help="default (embedded SmolLM2), gemma3, a HF tokenizer dir or a .gguf")
+    parser.add_argument("--tool-choice", choices=TOOL_CHOICES, default="auto")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def main(args: argparse.Namespace) -> int:
+    from ffwd.bench.bfcl import load_entries
+    from ffwd.models import load_tokenizer
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    entries = load_entries(args.bfcl, args.limit)
+    _, fmt = resolve_template(tokenizer, args.format)
+    result = replay(entries, tokenizer, fmt, args.tool_choice)
+    out = {"category": args.bfcl, "format": fmt, "tokenizer": args.tokenizer,
+           "tool_choice": args.tool_choice, **result.as_dict()}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(_table(out))
+    return 0
+
+
+def _table(out: dict[str, Any]) -> str:
+    lines = [f"{k:<12} {out[k]}" for k in ("category", "format", "tokenizer", "tool_choice",
+                                             "entries", "tokens", "injected", "fraction",
+                                             "mismatches", "compile_ms_median")]
+    lines.append("injected by kind:")
+    lines += [f"  {kind:<10} {n}" for kind, n in out["by_kind"].items()]
+    return "\n".join(lines)

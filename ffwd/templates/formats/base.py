@@ -1,0 +1,308 @@
+"""What every tool-call format shares: calls, deltas, parse state, layouts,
+the incremental detokenizer and the `StrictFillContext` built on a parser.
+
+A format module supplies an incremental parser (``feed(text) -> deltas``,
+``finish() -> deltas``, ``calls``, ``held_back``, ``state``) and a
+``locate`` function that finds the parts of one rendered call (marker, name,
+argument keys and values, the character that commits to closing the call) so
+that `ffwd.templates.rows` can slice rows out of whole renderings.
+
+Deltas: `ContentDelta(text)` for text outside calls (including markup that
+did not parse), `ToolCallDelta(index, name, arguments)`, where the first
+delta of call `index` carries its name and later ones carry fragments of its
+JSON arguments. Concatenating the fragments gives ``calls[index].arguments``.
+A call that turns out malformed after its first delta is not added to
+``calls``; its raw text comes back as a `ContentDelta`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ffwd.fill import FillRow
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A finished call: the function name and its arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    index: int
+    name: str | None = None
+    arguments: str = ""
+
+
+Delta = ContentDelta | ToolCallDelta
+
+
+@dataclass(frozen=True, slots=True)
+class ParseState:
+    """Where a parser stands, as far as template rows care.
+
+    `where` is the structural position (parser specific, compared exactly);
+    `tool` the name of the call being parsed once complete; `name` the name
+    text written so far (only while the name is being written or right after
+    it); `key` the argument key being written (until its value starts);
+    `used` the argument keys of this call written before `key`.
+    """
+
+    where: tuple[object, ...]
+    tool: str | None = None
+    name: str | None = None
+    key: str | None = None
+    used: tuple[str, ...] = ()
+
+
+class ToolParser(Protocol):
+    calls: list[ToolCall]
+
+    def feed(self, text: str) -> list[Delta]: ...
+
+    def finish(self) -> list[Delta]: ...
+
+    @property
+    def held_back(self) -> str:
+        """Trailing text not yet returned because it may start a marker."""
+        ...
+
+    @property
+    def state(self) -> ParseState: ...
+
+
+# --- layouts ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ArgLayout:
+    """One rendered argument: character spans of its key and value.
+
+    `lead` is the character that commits to *another* argument following the
+    previous one (JSON: the comma; -1 for the first argument). `delimiter` is
+    the character whose token ends the value (JSON strings: the closing
+    quote), `end` the character that commits to the value being over (XML:
+    the slash of ``</parameter>``); None where the format has none.
+    """
+
+    key: str
+    key_span: tuple[int, int]
+    value_span: tuple[int, int]
+    lead: int = -1
+    delimiter: int | None = None
+    end: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CallLayout:
+    """One rendered call: the opening marker, the name, the arguments, and
+    `close`, the character that commits to the arguments being complete."""
+
+    open: tuple[int, int]
+    name: tuple[int, int]
+    args: tuple[ArgLayout, ...]
+    close: int
+
+
+Locate = Callable[[str, int, str, Mapping[str, Any]], "CallLayout | None"]
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """A tool-call format: markers, builtin template, parser and layout."""
+
+    name: str
+    open_marker: str  # "" means: a call is the whole message (llama3_json)
+    builtin: str  # file name in templates/builtin/ (without .jinja)
+    signatures: tuple[str, ...]  # substrings that identify the format in a template
+    parser: Callable[[Sequence[Mapping[str, Any]] | None], ToolParser]
+    locate: Locate
+    parallel: bool = True  # can one assistant message carry several calls?
+
+    @property
+    def builtin_template(self) -> str:
+        from ffwd.templates.render import builtin_template
+
+        return builtin_template(self.builtin)
+
+    def new_parser(self, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParser:
+        """A fresh incremental parser (`tools` lets XML values get their JSON types)."""
+        return self.parser(tools)
+
+    def new_context(
+        self, tokenizer: Any, rules: Mapping[FillRow, Sequence[Rule]] | None = None
+    ) -> ToolCallContext:
+        """A fresh per-request `StrictFillContext` over this format's parser."""
+        return ToolCallContext(self, token_decoder(tokenizer), rules or {})
+
+
+# --- rules: when may a row fire? ----------------------------------------------
+
+
+class Rule(Protocol):
+    def holds(self, state: ParseState) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AtPosition:
+    """Template markup: the parser is exactly where the rendering had it."""
+
+    where: tuple[object, ...]
+
+    def holds(self, state: ParseState) -> bool:
+        return state.where == self.where
+
+
+@dataclass(frozen=True, slots=True)
+class NameSoFar:
+    """A name row: the function name written so far is exactly `text`."""
+
+    text: str
+
+    def holds(self, state: ParseState) -> bool:
+        return state.name == self.text
+
+
+@dataclass(frozen=True, slots=True)
+class KeySoFar:
+    """A key row: calling `tool`, writing key prefix `text` of unused `key`,
+    and every other key with the same token prefix (`rivals`) is used."""
+
+    tool: str
+    key: str
+    text: str
+    rivals: frozenset[str] = frozenset()
+
+    def holds(self, state: ParseState) -> bool:
+        return (
+            state.tool == self.tool
+            and state.key == self.text
+            and self.key not in state.used
+            and self.rivals.issubset(state.used)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OnlyKeyLeft:
+    """After a committing separator: `key` is the one key of `tool` not yet used."""
+
+    where: tuple[object, ...]
+    tool: str
+    key: str
+    others: frozenset[str]
+
+    def holds(self, state: ParseState) -> bool:
+        return (
+            state.where == self.where
+            and state.tool == self.tool
+            and self.key not in state.used
+            and self.others.issubset(state.used)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AllKeysUsed:
+    """At `where` in a call of `tool` whose every key is written."""
+
+    where: tuple[object, ...]
+    tool: str
+    keys: frozenset[str]
+
+    def holds(self, state: ParseState) -> bool:
+        if state.where != self.where or state.tool != self.tool:
+            return False
+        done = set(state.used)
+        if state.key is not None:
+            done.add(state.key)
+        return self.keys.issubset(done)
+
+
+# --- decoding token ids back to text -----------------------------------------
+
+
+def token_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
+    def decode(ids: Sequence[int]) -> str:
+        return str(
+            tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        )
+
+    return decode
+
+
+@dataclass
+class IncrementalDecoder:
+    """Token ids in, new text out; holds back ids that end mid-character.
+
+    Decodes a short window (from the last emitted boundary) so that tokenizers
+    whose pieces depend on their neighbours (SentencePiece spaces, byte
+    fallback) still produce exactly the text of the whole sequence.
+    """
+
+    decode: Callable[[Sequence[int]], str]
+    ids: list[int] = field(default_factory=list)
+    prefix: int = 0  # window start
+    read: int = 0  # ids already turned into text
+
+    def feed(self, ids: Sequence[int]) -> str:
+        self.ids.extend(ids)
+        done = self.decode(self.ids[self.prefix : self.read]) if self.read > self.prefix else ""
+        full = self.decode(self.ids[self.prefix :])
+        if len(full) <= len(done) or full.endswith("\ufffd"):
+            return ""
+        self.prefix, self.read = self.read, len(self.ids)
+        return full[len(done) :]
+
+
+class ToolCallContext:
+    """`StrictFillContext` for one request: decodes what enters the sequence,
+    feeds the format's parser and answers `allows(row)` from the row's rules."""
+
+    def __init__(
+        self,
+        fmt: ToolFormat,
+        decode: Callable[[Sequence[int]], str],
+        rules: Mapping[FillRow, Sequence[Rule]],
+    ) -> None:
+        self.format = fmt
+        self.parser = fmt.new_parser()
+        self._decoder = IncrementalDecoder(decode)
+        self._rules = rules
+        self._state: ParseState | None = None
+
+    def observe(self, ids: Sequence[int]) -> None:
+        text = self._decoder.feed(ids)
+        if text:
+            self.parser.feed(text)
+            self._state = None
+
+    @property
+    def state(self) -> ParseState:
+        if self._state is None:
+            self._state = self.parser.state
+        return self._state
+
+    def allows(self, row: FillRow) -> bool:
+        rules = self._rules.get(row, ())
+        return any(rule.holds(self.state) for rule in rules)
+
+
+def held_suffix(text: str, marker: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `marker`.
+
+    >>> held_suffix("hello <tool_c", "<tool_call>")
+    7
+    """
+    for n in range(min(len(text), len(marker) - 1), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0

@@ -1,0 +1,497 @@
+"""The incremental parser and layout shared by the JSON tool-call formats.
+
+A call is one JSON object ``{"name": ..., "arguments": {...}}`` (or
+``"parameters"``); formats differ only in the framing around the objects
+(`JsonFraming`): hermes wraps each in ``<tool_call>``/``</tool_call>``,
+mistral lists them after ``[TOOL_CALLS]``, llama3_json makes the object the
+whole message.
+
+The parser scans characters with a container stack, so it always knows the
+nesting depth, whether it is inside a string, and which argument key is being
+written. It validates each finished call with `json.loads`; anything it cannot
+parse is returned as content.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ffwd.templates.formats.base import (
+    ArgLayout,
+    CallLayout,
+    ContentDelta,
+    Delta,
+    ParseState,
+    ToolCall,
+    ToolCallDelta,
+    held_suffix,
+)
+
+_SCALAR = set("0123456789+-.eEtruefalsn")
+_DECODER = json.JSONDecoder()
+
+
+@dataclass(frozen=True, slots=True)
+class JsonFraming:
+    open: str  # marker before the call objects; "" = a call is the whole message
+    close: str = ""  # tag after each object (hermes)
+    list_open: str = ""  # "[" when the objects form a list (mistral)
+    list_close: str = ""
+    separator: str = ""  # between objects of one wrapper: "," (mistral), ";" (llama3)
+    args_keys: tuple[str, ...] = ("arguments", "parameters")
+
+
+class _Frame:
+    __slots__ = ("expect", "key", "kind")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind  # "{" or "["
+        self.expect = "first"  # first | key | colon | value | comma
+        self.key = ""
+
+
+class JsonCallParser:
+    """Incremental parser for one message of a JSON tool-call format."""
+
+    def __init__(self, framing: JsonFraming) -> None:
+        self.f = framing
+        self.calls: list[ToolCall] = []
+        self._out: list[Delta] = []
+        self._mode = "content"  # content | open | list | object | after
+        self._held = ""  # content that may start the marker
+        self._ws = ""  # whitespace after a call, dropped if markup follows
+        self._after_call = False
+        self._at_start = True
+        self._tag = ""  # partial closing tag (hermes)
+        self._reset_call()
+
+    def _reset_call(self) -> None:
+        self._raw: list[str] = []
+        self._stack: list[_Frame] = []
+        self._in_str = False
+        self._esc = False
+        self._role = ""  # what the open string is: key | name | args | value
+        self._scalar = False
+        self._buf: list[str] = []  # text of the open key or name string
+        self._name: str | None = None
+        self._tool: str | None = None
+        self._args_open = False  # inside the arguments value
+        self._args_seen = False
+        self._args_string = False
+        self._key: str | None = None
+        self._used: list[str] = []
+        self._frag: list[str] = []
+        self._named = False  # name delta sent
+
+    # --- public -------------------------------------------------------------
+    def feed(self, text: str) -> list[Delta]:
+        self._out = []
+        rest: str | None = text
+        while rest:
+            rest = self._content(rest) if self._mode == "content" else self._markup(rest)
+        self._flush_args()
+        return self._out
+
+    def finish(self) -> list[Delta]:
+        self._out = []
+        if self._mode == "after":
+            self._mode = "content"  # the object is complete: a missing close tag is forgiven
+            if self._tag:
+                self._emit(self._tag)
+        elif self._mode != "content":
+            self._fail("")
+        if self._held:
+            self._emit(self._held)
+        self._held = ""
+        return self._out
+
+    @property
+    def held_back(self) -> str:
+        return self._held if self._mode == "content" else ""
+
+    @property
+    def state(self) -> ParseState:
+        top = self._stack[-1] if self._stack else None
+        where: tuple[object, ...] = (
+            self._mode,
+            len(self._stack),
+            top.expect if top else "",
+            self._in_str,
+            self._role if self._in_str else "",
+            self._scalar,
+            self._tag,
+            self._held,
+            self._after_call,
+            self._at_start and not self.f.open,
+        )
+        name = None if self._args_seen else self._name
+        return ParseState(where, self._tool, name, self._key, tuple(self._used))
+
+    # --- content --------------------------------------------------------------
+    def _content(self, text: str) -> str | None:
+        s = self._held + text
+        self._held = ""
+        if not self.f.open:  # a call can only be the whole message
+            if self._at_start:
+                body = s.lstrip()
+                if not body:
+                    self._held = s
+                    return None
+                self._at_start = False
+                if body[0] == "{":
+                    self._begin(s[: len(s) - len(body)], "list")
+                    return body
+            self._emit(s)
+            return None
+        i = s.find(self.f.open)
+        if i < 0:
+            keep = held_suffix(s, self.f.open)
+            self._emit(s[: len(s) - keep])
+            self._held = s[len(s) - keep :]
+            return None
+        self._emit(s[:i])
+        self._begin(self.f.open, "open")
+        return s[i + len(self.f.open) :]
+
+    def _emit(self, text: str) -> None:
+        if not text:
+            return
+        if self._after_call:
+            if not text.strip():
+                self._ws += text
+                return
+            text, self._ws, self._after_call = self._ws + text, "", False
+        if text.strip():
+            self._at_start = False
+        self._out.append(ContentDelta(text))
+
+    def _begin(self, raw: str, mode: str) -> None:
+        self._ws, self._after_call, self._at_start = "", False, False
+        self._reset_call()
+        self._raw.append(raw)
+        self._mode = mode
+
+    def _fail(self, c: str) -> None:
+        """Markup that does not parse: hand its raw text back as content."""
+        raw = "".join(self._raw) + c
+        self._reset_call()
+        self._mode = "content"
+        self._after_call = False
+        self._emit(raw)
+
+    # --- markup -------------------------------------------------------------------
+    def _markup(self, text: str) -> str | None:
+        for i, c in enumerate(text):
+            mode = self._mode
+            if mode == "object":
+                self._raw.append(c)
+                self._object_char(c)
+            elif mode == "after":
+                rest = self._after_char(c)
+                if rest is not None:
+                    return rest + text[i + 1 :]
+            elif c.isspace():
+                self._raw.append(c)
+            elif mode == "open" and self.f.list_open:
+                if c == self.f.list_open:
+                    self._raw.append(c)
+                    self._mode = "list"
+                else:
+                    self._fail(c)
+            elif c == "{":  # open (no list) or list
+                self._raw.append(c)
+                self._mode = "object"
+                self._stack = [_Frame("{")]
+            elif mode == "list" and c == self.f.list_close and self.f.list_close:
+                self._close_wrapper()
+            else:
+                self._fail(c)
+            if self._mode == "content":
+                return text[i + 1 :]
+        return None
+
+    def _after_char(self, c: str) -> str | None:
+        """After a call object: separator, list end or closing tag. Returns
+        text to re-read as content when the framing ends early."""
+        f = self.f
+        if f.close:
+            if not self._tag and c.isspace():
+                return None
+            if f.close.startswith(self._tag + c):
+                self._tag += c
+                if self._tag == f.close:
+                    self._close_wrapper()
+                    return ""
+                return None
+            rest = self._tag + c  # no closing tag: keep the call, read on as content
+            self._close_wrapper()
+            return rest
+        if c.isspace():
+            return None
+        if f.separator and c == f.separator:
+            self._raw = [c]
+            self._mode = "list"
+            return None
+        if f.list_close and c == f.list_close:
+            self._close_wrapper()
+            return ""
+        self._close_wrapper()
+        return c
+
+    def _close_wrapper(self) -> None:
+        self._reset_call()
+        self._tag = ""
+        self._mode = "content"
+        self._after_call = True
+
+    # --- the call object, one character at a time -------------------------------
+    def _object_char(self, c: str) -> None:
+        if self._args_open:
+            self._frag.append(c)
+        if self._in_str:
+            self._string_char(c)
+            return
+        if c.isspace():
+            self._scalar = False
+            return
+        top = self._stack[-1]
+        if self._scalar and c in _SCALAR:
+            return
+        self._scalar = False
+        if top.kind == "{":
+            if top.expect in ("first", "key"):
+                if c == '"':
+                    self._open_string("key")
+                elif c == "}" and top.expect == "first":
+                    self._close_container()
+                else:
+                    self._fail("")
+            elif top.expect == "colon":
+                if c == ":":
+                    top.expect = "value"
+                    self._value_follows()
+                else:
+                    self._fail("")
+            elif top.expect == "value":
+                self._start_value(c)
+            elif c == ",":
+                top.expect = "key"
+            elif c == "}":
+                self._close_container()
+            else:
+                self._fail("")
+        elif top.expect in ("first", "value"):
+            if c == "]" and top.expect == "first":
+                self._close_container()
+            else:
+                self._start_value(c)
+        elif c == ",":
+            top.expect = "value"
+        elif c == "]":
+            self._close_container()
+        else:
+            self._fail("")
+
+    def _open_string(self, role: str) -> None:
+        self._in_str, self._esc, self._role = True, False, role
+        self._buf = []
+        if role == "key" and self._in_args_object():
+            if self._key is not None:
+                self._used.append(self._key)
+            self._key = ""
+
+    def _string_char(self, c: str) -> None:
+        if self._esc:
+            self._esc = False
+        elif c == "\\":
+            self._esc = True
+        elif c == '"':
+            self._in_str = False
+            self._end_string()
+            return
+        if self._role in ("key", "name"):
+            self._buf.append(c)
+            if self._role == "name":
+                self._name = "".join(self._buf)
+            elif self._in_args_object():
+                self._key = "".join(self._buf)
+
+    def _end_string(self) -> None:
+        top = self._stack[-1]
+        if self._role == "key":
+            top.key = "".join(self._buf)
+            top.expect = "colon"
+        elif self._role == "name":
+            self._name = self._tool = "".join(self._buf)
+            top.expect = "comma"
+            self._send_name()
+        else:
+            top.expect = "comma"
+            if self._role == "args":
+                self._args_done()
+        self._role = ""
+
+    def _in_args_object(self) -> bool:
+        return len(self._stack) == 2 and self._args_open and not self._args_string
+
+    def _value_follows(self) -> None:
+        if self._in_args_object() and self._key is not None:
+            self._used.append(self._key)
+            self._key = None
+
+    def _start_value(self, c: str) -> None:
+        top = self._stack[-1]
+        top.expect = "comma"
+        top_key = top.key if len(self._stack) == 1 else None
+        if top_key == "name":
+            if c != '"' or self._name is not None:
+                self._fail("")
+                return
+            self._open_string("name")
+            self._name = ""
+            return
+        if top_key in self.f.args_keys:
+            if c not in '{"' or self._args_seen:
+                self._fail("")
+                return
+            self._args_open = self._args_seen = True
+            self._args_string = c == '"'
+            self._frag.append(c)
+        if c == '"':
+            self._open_string("args" if top_key in self.f.args_keys else "value")
+        elif c in "{[":
+            self._stack.append(_Frame(c))
+        elif c in _SCALAR:
+            self._scalar = True
+        else:
+            self._fail("")
+
+    def _close_container(self) -> None:
+        self._stack.pop()
+        if not self._stack:
+            self._call_done()
+        elif len(self._stack) == 1 and self._args_open:
+            self._args_done()
+
+    def _args_done(self) -> None:
+        self._args_open = False
+        if self._key is not None:
+            self._used.append(self._key)
+            self._key = None
+
+    def _send_name(self) -> None:
+        if self._named or self._tool is None:
+            return
+        try:
+            json.loads(f'"{self._tool}"')
+        except json.JSONDecodeError:
+            self._fail("")
+            return
+        self._named = True
+        self._out.append(ToolCallDelta(len(self.calls), name=json.loads(f'"{self._tool}"')))
+
+    def _flush_args(self) -> None:
+        if self._named and self._frag and not self._args_string:
+            self._out.append(ToolCallDelta(len(self.calls), arguments="".join(self._frag)))
+            self._frag = []
+
+    def _call_done(self) -> None:
+        raw = "".join(self._raw)
+        start = raw.find("{")
+        try:
+            obj = json.loads(raw[start:])
+        except json.JSONDecodeError:
+            obj = None
+        name = obj.get("name") if isinstance(obj, dict) else None
+        args_key = next((k for k in self.f.args_keys if isinstance(obj, dict) and k in obj), None)
+        args: Any = obj.get(args_key, {}) if isinstance(obj, dict) and args_key else {}
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                args = None
+        if not isinstance(name, str) or not isinstance(args, dict):
+            self._fail("")
+            return
+        text = json.dumps(args, ensure_ascii=False) if self._args_string or args_key is None else None
+        if text is None:
+            text = _value_text(raw[start:], args_key)
+        if not self._named:
+            self._named = True
+            self._out.append(ToolCallDelta(len(self.calls), name=name))
+        if self._args_string or args_key is None:
+            self._out.append(ToolCallDelta(len(self.calls), arguments=text))
+        else:
+            self._flush_args()
+        self.calls.append(ToolCall(name, text))
+        self._reset_call()
+        self._mode = "after"
+
+
+def _value_text(obj_text: str, key: str | None) -> str:
+    """The raw text of the arguments object inside a call object's text."""
+    if key is None:
+        return "{}"
+    i = obj_text.find(json.dumps(key))
+    i = obj_text.find(":", i) + 1
+    while obj_text[i].isspace():
+        i += 1
+    _, end = _DECODER.raw_decode(obj_text, i)
+    return obj_text[i:end]
+
+
+def locate_json_call(
+    text: str, start: int, name: str, args: Mapping[str, Any], marker: str
+) -> CallLayout | None:
+    """Find the parts of the rendered call of `name` that begins at or after `start`.
+
+    >>> t = '<tool_call>\\n{"name": "f", "arguments": {"a": "x"}}\\n</tool_call>'
+    >>> lay = locate_json_call(t, 0, "f", {"a": "x"}, "<tool_call>")
+    >>> t[slice(*lay.name)], t[slice(*lay.args[0].key_span)], t[lay.close]
+    ('f', 'a', '}')
+    """
+    if marker:
+        ms = text.find(marker, start)
+        if ms < 0:
+            return None
+        opened = (ms, ms + len(marker))
+        obj = text.find("{", opened[1])
+    else:
+        obj = text.find("{", start)
+        opened = (obj, obj + 1)
+    qname = json.dumps(name, ensure_ascii=False)
+    ns = text.find(qname, obj)
+    a0 = text.find("{", ns + len(qname))
+    if obj < 0 or ns < 0 or a0 < 0:
+        return None
+    try:
+        _, a1 = _DECODER.raw_decode(text, a0)
+    except json.JSONDecodeError:
+        return None
+    layouts: list[ArgLayout] = []
+    cursor = a0 + 1
+    for key in args:
+        qkey = json.dumps(key, ensure_ascii=False)
+        ks = text.find(qkey, cursor, a1)
+        colon = text.find(":", ks + len(qkey), a1)
+        if ks < 0 or colon < 0:
+            return None
+        vs = colon + 1
+        while text[vs].isspace():
+            vs += 1
+        _, ve = _DECODER.raw_decode(text, vs)
+        lead = text.rfind(",", cursor, ks) if layouts else -1
+        delimiter = ve - 1 if text[vs] == '"' else None
+        layouts.append(ArgLayout(key, (ks + 1, ks + len(qkey) - 1), (vs, ve), lead, delimiter))
+        cursor = ve
+    return CallLayout(opened, (ns + 1, ns + len(qname) - 1), tuple(layouts), a1 - 1)
+
+
+def json_parser_factory(framing: JsonFraming) -> Any:
+    def make(tools: Sequence[Mapping[str, Any]] | None = None) -> JsonCallParser:
+        return JsonCallParser(framing)
+
+    return make
