@@ -32,18 +32,15 @@ Emit = Callable[[Event], None]
 _M = TypeVar("_M", bound=BaseModel)
 
 
-class Prepared(Protocol):
-    """A request ready to run (opaque to this module)."""
-
-
 class Service(Protocol):
     model_id: str
 
-    def prepare_chat(self, req: ChatCompletionRequest) -> Prepared: ...
+    # What prepare_* returns is opaque here: it only travels back into run().
+    def prepare_chat(self, req: ChatCompletionRequest) -> Any: ...
 
-    def prepare_completion(self, req: CompletionRequest) -> Prepared: ...
+    def prepare_completion(self, req: CompletionRequest) -> Any: ...
 
-    def run(self, prepared: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None: ...
+    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None: ...
 
     def reset(self) -> None:
         """Forget any state a failed run may have left (e.g. the KV cache)."""
@@ -137,7 +134,7 @@ def create_app(
         return await _respond(request, prepared, req.stream, req.include_usage, "text", req.model)
 
     async def _respond(
-        request: Request, prepared: Prepared, stream: bool, include_usage: bool,
+        request: Request, prepared: Any, stream: bool, include_usage: bool,
         kind: str, model: str,
     ) -> Response:
         loop = asyncio.get_running_loop()
@@ -244,6 +241,7 @@ async def _whole(
                 meta.mark_token(metrics)
             elif isinstance(item, Finished):
                 finished = item
+                metrics.observe_finished(item)
     finally:
         job.cancel()  # no-op when it already finished
     if finished is None:
@@ -306,6 +304,7 @@ async def _sse(
                 meta.mark_token(metrics)
                 yield _chunk(meta, {"tool_calls": [_tool_delta(item)]})
             elif isinstance(item, Finished):
+                metrics.observe_finished(item)
                 yield _chunk(meta, {}, finish=item.finish_reason)
                 if include_usage:
                     body = {"id": meta.id, "object": _obj(meta), "created": meta.created,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from ffwd.fill import FillStats
+from ffwd.serve.events import Finished
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -43,18 +43,17 @@ class Metrics:
         )
         self.queue_depth = Gauge("ffwd_queue_depth", "Requests waiting for the model", registry=r)
 
-    def observe_generation(
-        self, *, prompt: int, cached: int, completion: int, forward_calls: int,
-        stats: FillStats, injected_by_origin: dict[str, int],
-    ) -> None:
-        self.prompt_tokens.inc(prompt)
-        self.cached_tokens.inc(cached)
-        self.completion_tokens.inc(completion)
-        self.forward_calls.inc(forward_calls)
-        for origin, n in injected_by_origin.items():
+    def observe_finished(self, fin: Finished) -> None:
+        """Count one finished generation (tokens, forwards, fills)."""
+        self.prompt_tokens.inc(fin.usage.prompt_tokens)
+        self.cached_tokens.inc(fin.usage.cached_tokens)
+        self.completion_tokens.inc(fin.usage.completion_tokens)
+        self.forward_calls.inc(int(fin.ffwd.get("forward_calls", 0)))
+        for origin, n in dict(fin.ffwd.get("injected_by_origin", {})).items():
             self.injected_tokens.labels(origin=origin).inc(n)
-        self.verify_tokens.labels(result="accepted").inc(stats.verify_accepted)
-        self.verify_tokens.labels(result="rejected").inc(stats.verify_rejected)
+        stats = dict(fin.ffwd.get("stats", {}))
+        self.verify_tokens.labels(result="accepted").inc(int(stats.get("verify_accepted", 0)))
+        self.verify_tokens.labels(result="rejected").inc(int(stats.get("verify_rejected", 0)))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,252 @@
+"""Glue between a validated request and the engine: template, tokens, plan, parse.
+
+`ModelService.prepare_*` runs on the event loop's thread pool and turns a
+request into a `Prepared` (prompt ids, sampling, fill settings, compiled tool
+rows), raising `APIError` for anything the client got wrong. `run` executes on
+the scheduler's single worker thread: it streams the engine's text through
+the format's incremental tool-call parser and emits `events`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ffwd.config import FillConfig
+from ffwd.engine.generate import GenerationResult, stream_generate
+from ffwd.engine.sampling import SamplingParams
+from ffwd.fill import FillPlan
+from ffwd.serve.errors import bad_request
+from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta, ToolCallOut, Usage
+from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from ffwd.templates import formats
+from ffwd.templates.formats.base import ToolCallContext, ToolParser
+from ffwd.templates.render import normalize_tools, render_chat, resolve_template
+from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+
+Emit = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    kind: str  # "chat" | "text"
+    prompt_ids: list[int]
+    params: SamplingParams
+    max_tokens: int
+    stop: list[str]
+    fill: FillConfig
+    plan: FillPlan | None
+    compiled: CompiledTools | None  # tool rows and the format, when tools are on
+    tools: list[dict[str, Any]]
+    single_call: bool  # parallel_tool_calls=false: stop after the first call
+
+
+class ModelService:
+    """One loaded model behind the API (see the module docstring)."""
+
+    def __init__(
+        self,
+        backend: Any,
+        tokenizer: Any,
+        model_id: str,
+        fill: FillConfig,
+        *,
+        tool_format: str | None = None,
+        context_window: int | None = None,
+    ) -> None:
+        self.backend = backend
+        self.tokenizer = tokenizer
+        self.model_id = model_id
+        self.fill = fill
+        self.template, self.format_name = resolve_template(tokenizer, tool_format)
+        self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
+        cfg = getattr(getattr(backend, "model", None), "config", None)
+        self.context_window = context_window or int(
+            getattr(cfg, "max_position_embeddings", 0) or 8192
+        )
+
+    # --- preparing (thread pool) ------------------------------------------
+    def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+        fill = self._fill(req)
+        choice = req.tool_choice_value
+        try:
+            tools = normalize_tools(req.tools) if req.tools else []
+        except ValueError as exc:
+            msg = f"invalid tools: {exc}"
+            raise bad_request(msg, param="tools", code="invalid_tools") from None
+        shown = tools if choice != "none" else []
+        messages = [m.as_template_message() for m in req.messages]
+        try:
+            text = render_chat(self.template, messages, shown or None, True, self.tokenizer)
+        except ValueError as exc:
+            raise bad_request(f"cannot render these messages: {exc}", param="messages") from None
+        ids = self._encode(text)
+        compiled: CompiledTools | None = None
+        if shown:
+            # A forced call goes through the strict tier even when fill is off.
+            if choice != "auto" and not fill.strict:
+                fill = replace(fill, fill="strict")
+            if fill.strict:
+                try:
+                    compiled = compile_tools(
+                        self.tokenizer, self.template, shown, choice, self.eos_ids,
+                        fmt=self.format_name,
+                    )
+                except ValueError as exc:
+                    raise bad_request(f"invalid tools: {exc}", param="tools") from None
+        plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
+        return Prepared(
+            "chat", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
+            req.stop_list, fill, plan, compiled, shown,
+            single_call=bool(shown) and not req.parallel_tool_calls,
+        )
+
+    def prepare_completion(self, req: CompletionRequest) -> Prepared:
+        fill = self._fill(req)
+        ids = self._encode(req.prompt_text)
+        return Prepared(
+            "text", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
+            req.stop_list, fill, FillPlan(eos=self.eos_ids), None, [], single_call=False,
+        )
+
+    def _fill(self, req: SamplingFields) -> FillConfig:
+        try:
+            return self.fill.with_overrides(req.ffwd)
+        except ValueError as exc:
+            raise bad_request(f"invalid ffwd settings: {exc}", param="ffwd") from None
+
+    def _encode(self, text: str) -> list[int]:
+        ids = [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
+        if not ids:
+            raise bad_request("the prompt is empty", param="messages")
+        if len(ids) >= self.context_window:
+            raise bad_request(
+                f"the prompt is {len(ids)} tokens, and the model's context window is "
+                f"{self.context_window} tokens (room must remain for at least one new token)",
+                param="messages", code="context_length_exceeded",
+            )
+        return ids
+
+    def _max_tokens(self, requested: int | None, prompt_len: int) -> int:
+        room = self.context_window - prompt_len
+        return min(requested, room) if requested else room
+
+    def _params(self, req: SamplingFields) -> SamplingParams:
+        vocab = self.backend.vocab_size
+        bias = req.logit_bias_ids
+        bad = [i for i in bias if i >= vocab]
+        if bad:
+            raise bad_request(
+                f"logit_bias names token id {bad[0]}, but the vocabulary has {vocab} ids "
+                f"(0..{vocab - 1})", param="logit_bias",
+            )
+        return SamplingParams(
+            temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
+            repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
+            frequency_penalty=req.frequency_penalty, logit_bias=bias, seed=req.seed,
+        )
+
+    # --- running (worker thread) --------------------------------------------
+    def reset(self) -> None:
+        self.backend.reset()
+
+    def run(self, prep: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        compiled = prep.compiled
+        parser = _Calls(compiled.format.new_parser(prep.tools), emit) if compiled else None
+        if parser is None and prep.tools:
+            # Tools on but no strict rows (fill off, tool_choice auto): still parse calls.
+            parser = _Calls(formats.get_format(self.format_name).new_parser(prep.tools), emit)
+        context: ToolCallContext | None = compiled.new_context() if compiled else None
+
+        def stop_now() -> bool:
+            return cancelled() or (prep.single_call and parser is not None and parser.done)
+
+        result: GenerationResult | None = None
+        for chunk in stream_generate(
+            self.backend, self.tokenizer, prep.prompt_ids, prep.params,
+            max_tokens=prep.max_tokens, stop=prep.stop, plan=prep.plan, fill=prep.fill,
+            strict_context=context, cancelled=stop_now,
+        ):
+            if chunk.text:
+                if parser is not None:
+                    parser.feed(chunk.text)
+                else:
+                    emit(ContentDelta(chunk.text))
+            if chunk.result is not None:
+                result = chunk.result
+        if result is None or cancelled():
+            return  # the client is gone: nobody to tell
+        content, calls = (parser.finish() if parser is not None else (result.text, []))
+        finish = str(result.finish_reason)
+        if calls:
+            finish = "tool_calls"
+        elif finish == "cancelled":
+            finish = "stop"
+        emit(Finished(
+            finish, content if (content or not calls) else None, tuple(calls),
+            Usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens),
+            _ffwd_block(prep, result),
+        ))
+
+
+class _Calls:
+    """Feeds text to a format parser and forwards its deltas as API events."""
+
+    def __init__(self, parser: ToolParser, emit: Emit) -> None:
+        self.parser = parser
+        self.emit = emit
+        self.ids: dict[int, str] = {}
+        self.content: list[str] = []
+
+    @property
+    def done(self) -> bool:
+        return bool(self.parser.calls)
+
+    def feed(self, text: str) -> None:
+        self._forward(self.parser.feed(text))
+
+    def finish(self) -> tuple[str, list[ToolCallOut]]:
+        self._forward(self.parser.finish())
+        calls = [
+            ToolCallOut(self.ids.get(i) or _call_id(), c.name, c.arguments)
+            for i, c in enumerate(self.parser.calls)
+        ]
+        return "".join(self.content), calls
+
+    def _forward(self, deltas: Sequence[formats.Delta]) -> None:
+        for d in deltas:
+            if isinstance(d, formats.ContentDelta):
+                if d.text:
+                    self.content.append(d.text)
+                    self.emit(ContentDelta(d.text))
+                continue
+            first = d.index not in self.ids
+            if first:
+                self.ids[d.index] = _call_id()
+            self.emit(ToolCallDelta(
+                d.index,
+                id=self.ids[d.index] if first else None,
+                name=(d.name or "") if first else None,
+                arguments=d.arguments,
+            ))
+
+
+def _call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def _ffwd_block(prep: Prepared, result: GenerationResult) -> dict[str, Any]:
+    injected: dict[str, int] = {}
+    for origin in result.origins:
+        if origin != "sampled":
+            injected[origin] = injected.get(origin, 0) + 1
+    return {
+        "fill": prep.fill.fill,
+        "stats": result.stats.as_dict(),
+        "forward_calls": result.forward_calls,
+        "injected_by_origin": injected,
+        "seconds": round(result.seconds, 4),
+        "prefill_seconds": round(result.prefill_seconds, 4),
+    }
