@@ -131,6 +131,7 @@ def test_models_health_metrics(client: TestClient) -> None:
     text = client.get("/metrics").text
     assert 'ffwd_requests_total{endpoint="/v1/chat/completions",status="200"} 1.0' in text
     assert "ffwd_request_latency_seconds_count 1.0" in text
+    assert "ffwd_completion_tokens_total 2.0" in text and "ffwd_forward_calls_total 2.0" in text
 
 
 @pytest.mark.parametrize(
