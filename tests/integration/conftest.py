@@ -1,0 +1,23 @@
+"""Fixtures of the integration tier: live servers on the embedded model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from live_server import Server
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    s = Server("--fill", "echo", "--dtype", "float32")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def guarded_server() -> Iterator[Server]:
+    """With an API key and a one-request queue."""
+    s = Server("--api-key", "s3cret", "--max-queue", "1", "--dtype", "float32")
+    yield s
+    s.stop()

@@ -1,0 +1,233 @@
+"""The OpenAI-compatible server on the embedded model, through the official client."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from live_server import Server
+from openai import OpenAI
+
+pytestmark = pytest.mark.slow
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Get the current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Get the local time in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    },
+}
+ASK = [{"role": "user", "content": "What is the weather in Paris right now?"}]
+
+
+def client(server: Server, key: str = "unused") -> OpenAI:
+    return OpenAI(base_url=server.url + "/v1", api_key=key, max_retries=0, timeout=300)
+
+
+def test_plain_chat_and_usage(server: Server) -> None:
+    r = client(server).chat.completions.create(
+        model="default", messages=[{"role": "user", "content": "Name a color."}],
+        max_tokens=20, temperature=0,
+    )
+    choice = r.choices[0]
+    assert choice.message.role == "assistant" and choice.message.content
+    assert choice.finish_reason in ("stop", "length")
+    u = r.usage
+    assert u is not None and u.total_tokens == u.prompt_tokens + u.completion_tokens
+    assert 0 < u.completion_tokens <= 20
+    extra: dict[str, Any] = r.model_extra or {}
+    assert extra["ffwd"]["stats"]["decode_steps"] + extra["ffwd"]["stats"]["injected"] >= (
+        u.completion_tokens)
+
+
+def test_streaming_chat_matches_the_plain_answer(server: Server) -> None:
+    c = client(server)
+    msgs = [{"role": "user", "content": "Count from one to five in words."}]
+    whole = c.chat.completions.create(model="default", messages=msgs, max_tokens=30,
+                                      temperature=0)
+    chunks = list(c.chat.completions.create(
+        model="default", messages=msgs, max_tokens=30, temperature=0, stream=True,
+        stream_options={"include_usage": True},
+    ))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == whole.choices[0].message.content
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices]
+    assert finals[-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens  # type: ignore[union-attr]
+
+
+def test_tool_round_trip(server: Server) -> None:
+    c = client(server)
+    r = c.chat.completions.create(
+        model="default", messages=ASK, tools=[WEATHER, TIME],  # type: ignore[list-item]
+        tool_choice="required", max_tokens=60, temperature=0,
+    )
+    msg = r.choices[0].message
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert msg.tool_calls, msg
+    call = msg.tool_calls[0]
+    assert call.function.name in ("get_weather", "get_time")  # type: ignore[union-attr]
+    args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    assert isinstance(args, dict)
+    stats = (r.model_extra or {})["ffwd"]["stats"]
+    assert stats["strict"] > 0  # the markup came from the strict tier
+    follow = [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id, "content": '{"temp_c": 18, "sky": "clear"}'},
+    ]
+    r2 = c.chat.completions.create(model="default", messages=follow,  # type: ignore[arg-type]
+                                   tools=[WEATHER, TIME], max_tokens=40,  # type: ignore[list-item]
+                                   temperature=0, tool_choice="none")
+    assert r2.choices[0].message.content and not r2.choices[0].message.tool_calls
+
+
+def test_named_tool_choice_calls_that_function(server: Server) -> None:
+    r = client(server).chat.completions.create(
+        model="default", messages=ASK, tools=[WEATHER, TIME],  # type: ignore[list-item]
+        tool_choice={"type": "function", "function": {"name": "get_time"}},
+        max_tokens=60, temperature=0,
+    )
+    calls = r.choices[0].message.tool_calls
+    assert calls and calls[0].function.name == "get_time"  # type: ignore[union-attr]
+    json.loads(calls[0].function.arguments)  # type: ignore[union-attr]
+
+
+def test_streamed_tool_calls_equal_the_whole_ones(server: Server) -> None:
+    c = client(server)
+    kw: dict[str, Any] = dict(model="default", messages=ASK, tools=[WEATHER, TIME],
+                              tool_choice="required", max_tokens=60, temperature=0.7, seed=7)
+    whole = c.chat.completions.create(**kw).choices[0].message.tool_calls or []
+    calls: dict[int, dict[str, str]] = {}
+    for ch in c.chat.completions.create(stream=True, **kw):
+        for d in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+            entry = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+            if d.id:
+                entry["id"] = d.id
+            if d.function and d.function.name:
+                entry["name"] += d.function.name
+            if d.function and d.function.arguments:
+                entry["arguments"] += d.function.arguments
+    assert whole
+    assert [(c["name"], c["arguments"]) for c in calls.values()] == [
+        (w.function.name, w.function.arguments) for w in whole  # type: ignore[union-attr]
+    ]
+    assert all(c["id"].startswith("call_") for c in calls.values())
+
+
+def test_second_turn_reuses_the_prompt_cache(server: Server) -> None:
+    c = client(server)
+    turn1 = [{"role": "system", "content": "You are terse."},
+             {"role": "user", "content": "Say hello."}]
+    r1 = c.chat.completions.create(model="default", messages=turn1, max_tokens=10, temperature=0)
+    turn2 = [*turn1, {"role": "assistant", "content": r1.choices[0].message.content},
+             {"role": "user", "content": "Now say goodbye."}]
+    r2 = c.chat.completions.create(model="default", messages=turn2, max_tokens=10, temperature=0)
+    details = r2.usage.prompt_tokens_details  # type: ignore[union-attr]
+    assert details is not None and details.cached_tokens and details.cached_tokens > 0
+
+
+def test_completions_endpoint(server: Server) -> None:
+    r = client(server).completions.create(model="default", prompt="The capital of France is",
+                                          max_tokens=8, temperature=0)
+    assert r.choices[0].text and r.usage and r.usage.completion_tokens <= 8
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param"),
+    [
+        ({"messages": []}, 400, "messages"),
+        ({"messages": ASK, "n": 2}, 400, "n"),
+        ({"messages": ASK, "max_tokens": "many"}, 400, "max_tokens"),
+        ({"messages": ASK, "tools": [WEATHER],
+          "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400, "tool_choice"),
+        ({"messages": ASK, "tools": [{"type": "function", "function": {
+            "name": "bad", "parameters": {"type": "object", "properties": "x"}}}]},
+         400, "tools"),
+        ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
+        ({"messages": ASK, "ffwd": {"fill": "turbo"}}, 400, "ffwd"),
+        ({"messages": ASK, "model": "gpt-5"}, 404, "model"),
+    ],
+)
+def test_client_errors_keep_the_server_serving(
+    server: Server, body: dict[str, Any], status: int, param: str
+) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", json={"model": "default", **body},
+                   timeout=120)
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["param"] == param and err["message"] and set(err) >= {"type", "code"}
+    ok = httpx.post(server.url + "/v1/chat/completions",
+                    json={"model": "default", "messages": ASK, "max_tokens": 3}, timeout=120)
+    assert ok.status_code == 200
+
+
+def test_malformed_json_is_400(server: Server) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", content=b'{"model": ',
+                   headers={"content-type": "application/json"}, timeout=30)
+    assert r.status_code == 400 and "JSON" in r.json()["error"]["message"]
+
+
+def test_auth(guarded_server: Server) -> None:
+    assert httpx.get(guarded_server.url + "/health").status_code == 200
+    with pytest.raises(openai.AuthenticationError):
+        client(guarded_server, "wrong").models.list()
+    models = client(guarded_server, "s3cret").models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct"]
+
+
+def test_queue_full_429_and_cancel_on_disconnect(guarded_server: Server) -> None:
+    url = guarded_server.url
+    head = {"Authorization": "Bearer s3cret"}
+    long_req = {"model": "default", "messages": [{"role": "user", "content": "Tell a long story."}],
+                "max_tokens": 4000, "temperature": 0.8, "seed": 1, "stream": True}
+    results: dict[str, Any] = {}
+    with httpx.Client(timeout=300) as h, h.stream("POST", url + "/v1/chat/completions",
+                                                  json=long_req, headers=head) as stream:
+        lines = stream.iter_lines()
+        assert next(lines).startswith("data: ")  # the long request is running
+
+        def queued() -> None:
+            results["queued"] = httpx.post(
+                url + "/v1/chat/completions", headers=head, timeout=300,
+                json={"model": "default", "messages": ASK, "max_tokens": 4, "temperature": 0})
+
+        t = threading.Thread(target=queued)
+        t.start()
+        for _ in range(600):
+            if httpx.get(url + "/health").json()["queue_depth"] == 1:
+                break
+            threading.Event().wait(0.05)
+        full = httpx.post(url + "/v1/chat/completions", headers=head, timeout=30,
+                          json={"model": "default", "messages": ASK, "max_tokens": 4})
+        assert full.status_code == 429
+        assert full.json()["error"]["type"] == "rate_limit_error"
+    # Leaving the block closed the stream: the 4000-token generation must stop, so
+    # the queued request completes long before it could have finished.
+    t.join(120)
+    assert not t.is_alive(), "the queued request did not start: disconnect did not cancel"
+    assert results["queued"].status_code == 200
+    metrics = httpx.get(url + "/metrics", headers=head).text
+    assert 'ffwd_requests_total{endpoint="/v1/chat/completions",status="429"} 1.0' in metrics
