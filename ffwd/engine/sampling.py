@@ -99,14 +99,26 @@ def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely ids whose probability reaches `p`."""
+    """Keep the smallest set of most likely ids whose probability reaches `p`.
+
+    The nucleus is usually small, so it is found with `topk` over a growing k
+    instead of sorting the whole vocabulary (a full sort costs milliseconds).
+    """
     if p >= 1.0:
         return logits
-    sorted_logits, order = torch.sort(logits, descending=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    # Drop an id when the mass before it already reaches p (the top id always stays).
-    drop_sorted = (torch.cumsum(probs, dim=-1) - probs) >= p
-    drop = torch.zeros_like(drop_sorted).scatter(0, order, drop_sorted)
+    probs = torch.softmax(logits, dim=-1)
+    n = probs.shape[-1]
+    k = min(64, n)
+    while True:
+        top, order = torch.topk(probs, k)
+        mass = torch.cumsum(top, dim=-1)
+        if mass[-1] >= p or k == n:
+            break
+        k = min(4 * k, n)
+    # Keep an id while the mass before it is still short of p (the top id always stays).
+    kept = order[(mass - top) < p]
+    drop = torch.ones_like(logits, dtype=torch.bool)
+    drop[kept] = False
     return logits.masked_fill(drop, -float("inf"))
 
 
@@ -182,7 +194,10 @@ class Sampler:
         return self.draw(self.probs(logits, generated))
 
     def draw(self, probs: torch.Tensor) -> int:
-        return int(torch.multinomial(probs, 1, generator=self.generator))
+        """One id from `probs` (need not be normalised) by inverting its CDF."""
+        cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
+        u = torch.rand((), generator=self.generator, dtype=torch.float64) * cdf[-1]
+        return min(int(torch.searchsorted(cdf, u, right=True)), probs.shape[-1] - 1)
 
     def accept(self, prob: float) -> bool:
         """True with probability `prob` (one uniform draw from this sampler's generator)."""

@@ -35,6 +35,17 @@ def test_truncation_processors() -> None:
     assert torch.isinf(apply_min_p(logits, 0.25)).tolist() == [False, False, False, True]
 
 
+def test_top_p_matches_a_full_sort() -> None:
+    g = torch.Generator().manual_seed(0)
+    for scale in (0.5, 3.0, 10.0):
+        logits = torch.randn(5000, generator=g) * scale
+        probs, order = torch.sort(torch.softmax(logits, -1), descending=True)
+        drop = torch.zeros(5000, dtype=torch.bool)
+        for p in (0.3, 0.9, 0.99):
+            drop[order] = (torch.cumsum(probs, -1) - probs) >= p
+            assert torch.equal(torch.isinf(apply_top_p(logits, p)), drop)
+
+
 def test_penalties() -> None:
     logits = torch.tensor([2.0, -2.0, 1.0])
     rep = apply_repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)
