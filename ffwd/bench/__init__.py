@@ -1,1 +1,1 @@
-"""Workloads, teacher-forced replay and benchmarks."""
+"""Benchmarks, workloads and the model-free replay."""

@@ -90,12 +90,16 @@ def load_entries(category: str, limit: int | None = None) -> list[BfclEntry]:
     if limit is not None and limit < 1:
         raise ValueError(f"limit={limit}: expected a positive number of entries")
     questions = _read(data_dir() / f"BFCL_v4_{category}.json", limit)
-    answers = {a["id"]: a for a in _read(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")}
+    answers = {
+        a["id"]: a for a in _read(data_dir() / "possible_answer" / f"BFCL_v4_{category}.json")
+    }
     out = []
     for q in questions:
         tools = [to_openai_tool(f) for f in q["function"]]
-        required = {t["function"]["name"]: set(t["function"]["parameters"].get("required", []))
-                    for t in tools}
+        required = {
+            t["function"]["name"]: set(t["function"]["parameters"].get("required", []))
+            for t in tools
+        }
         calls = [
             BfclCall(name, _first_values(args, required.get(name, set())))
             for answer in answers[q["id"]]["ground_truth"]

@@ -2,7 +2,8 @@
 
 Each BFCL entry's first ground-truth call is rendered as the assistant turn
 with the chosen format's template; the whole rendering is tokenized and the
-assistant ids are pushed through a `FillSession` as if sampled. When a row
+assistant ids are pushed through a `FillSession` as if sampled (after
+`FillSession.start`, which a forced tool choice can answer). When a row
 fires, its ids are compared with the next ground-truth ids: equal ids are
 injected (skipped), a difference is a **mismatch** (a bug in the rows).
 
@@ -65,8 +66,11 @@ def assistant_ids(tokenizer: Any, prompt: str, full: str, eos: Iterable[int]) ->
         raise ValueError("the rendering with the answer does not start with the prompt")
     p = tokenizer.encode(prompt, add_special_tokens=False)
     f = tokenizer.encode(full, add_special_tokens=False)
-    ids = f[len(p) :] if f[: len(p)] == p else tokenizer.encode(full[len(prompt) :],
-                                                                 add_special_tokens=False)
+    ids = (
+        f[len(p) :]
+        if f[: len(p)] == p
+        else tokenizer.encode(full[len(prompt) :], add_special_tokens=False)
+    )
     stop = set(eos)
     for i, tok in enumerate(ids):
         if tok in stop:
@@ -84,29 +88,48 @@ def kind_of(plan: FillPlan, ids: Sequence[int]) -> str:
 
 
 def replay_one(
-    plan: FillPlan, context: Any, prompt_ids: Sequence[int], truth: Sequence[int],
+    plan: FillPlan,
+    context: Any,
+    prompt_ids: Sequence[int],
+    truth: Sequence[int],
     result: ReplayResult,
 ) -> None:
+    """Push `truth` through a session; count what the rows inject and every mismatch."""
     session = FillSession(plan, prompt_ids, strict_context=context)
+    proposal: Proposal | None = session.start()
     i = 0
-    while i < len(truth):
-        proposal: Proposal | None = session.push(truth[i])
+    while True:
+        if proposal is not None:
+            i += _settle(session, proposal, truth, i, plan, result)
+        if i >= len(truth):
+            break
+        proposal = session.push(truth[i])
         i += 1
-        if proposal is None:
-            continue
-        n = len(proposal.ids)
-        if tuple(truth[i : i + n]) == proposal.ids:
-            session.commit(proposal, n)
-            result.injected += n
-            result.by_kind[kind_of(plan, proposal.ids)] += n
-            i += n
-        else:
-            session.commit(proposal, 0)
-            result.mismatches += 1
-            if len(result.examples) < 5:
-                result.examples.append({"at": i, "proposed": list(proposal.ids),
-                                        "truth": list(truth[i : i + n])})
     result.tokens += len(truth)
+
+
+def _settle(
+    session: FillSession,
+    proposal: Proposal,
+    truth: Sequence[int],
+    i: int,
+    plan: FillPlan,
+    result: ReplayResult,
+) -> int:
+    """Commit `proposal` if the ground truth continues with it; return the ids it covers."""
+    n = len(proposal.ids)
+    if tuple(truth[i : i + n]) == proposal.ids:
+        session.commit(proposal, n)
+        result.injected += n
+        result.by_kind[kind_of(plan, proposal.ids)] += n
+        return n
+    session.commit(proposal, 0)
+    result.mismatches += 1
+    if len(result.examples) < 5:
+        result.examples.append(
+            {"at": i, "proposed": list(proposal.ids), "truth": list(truth[i : i + n])}
+        )
+    return 0
 
 
 def replay(
@@ -121,12 +144,21 @@ def replay(
         compiled = compile_tools(tokenizer, template, entry.tools, tool_choice, eos, fmt_name)
         result.compile_ms.append((time.perf_counter() - t0) * 1000)
         call = entry.call
-        answer = {"role": "assistant", "content": None, "tool_calls": [
-            {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-        ]}
+        answer = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+            ],
+        }
         prompt = render_chat(template, entry.messages, entry.tools, tokenizer=tokenizer)
-        full = render_chat(template, [*entry.messages, answer], entry.tools,
-                           add_generation_prompt=False, tokenizer=tokenizer)
+        full = render_chat(
+            template,
+            [*entry.messages, answer],
+            entry.tools,
+            add_generation_prompt=False,
+            tokenizer=tokenizer,
+        )
         truth = assistant_ids(tokenizer, prompt, full, eos)
         prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
         replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result)
@@ -141,13 +173,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ffwd.bench.bfcl import CATEGORIES
     from ffwd.templates.formats import FORMATS
 
-    parser.add_argument("--bfcl", required=True, choices=CATEGORIES, metavar="CATEGORY",
-                        help=f"BFCL category ({', '.join(CATEGORIES)})")
+    parser.add_argument(
+        "--bfcl",
+        required=True,
+        choices=CATEGORIES,
+        metavar="CATEGORY",
+        help=f"BFCL category ({', '.join(CATEGORIES)})",
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N entries only")
-    parser.add_argument("--format", choices=list(FORMATS), default=None,
-                        help="tool-call format (default: the model's own, else hermes)")
-    parser.add_argument("--tokenizer", default="default",
-                        help="default (embedded SmolLM2), gemma3, a HF tokenizer dir or a .gguf")
+    parser.add_argument(
+        "--format",
+        choices=list(FORMATS),
+        default=None,
+        help="tool-call format (default: the model's own, else hermes)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="default",
+        help="default (embedded SmolLM2), gemma3, a HF tokenizer dir or a .gguf",
+    )
     parser.add_argument("--tool-choice", choices=TOOL_CHOICES, default="auto")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -160,8 +204,13 @@ def main(args: argparse.Namespace) -> int:
     entries = load_entries(args.bfcl, args.limit)
     _, fmt = resolve_template(tokenizer, args.format)
     result = replay(entries, tokenizer, fmt, args.tool_choice)
-    out = {"category": args.bfcl, "format": fmt, "tokenizer": args.tokenizer,
-           "tool_choice": args.tool_choice, **result.as_dict()}
+    out = {
+        "category": args.bfcl,
+        "format": fmt,
+        "tokenizer": args.tokenizer,
+        "tool_choice": args.tool_choice,
+        **result.as_dict(),
+    }
     if args.json:
         print(json.dumps(out))
     else:
@@ -170,9 +219,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _table(out: dict[str, Any]) -> str:
-    lines = [f"{k:<12} {out[k]}" for k in ("category", "format", "tokenizer", "tool_choice",
-                                             "entries", "tokens", "injected", "fraction",
-                                             "mismatches", "compile_ms_median")]
+    lines = [
+        f"{k:<12} {out[k]}"
+        for k in (
+            "category",
+            "format",
+            "tokenizer",
+            "tool_choice",
+            "entries",
+            "tokens",
+            "injected",
+            "fraction",
+            "mismatches",
+            "compile_ms_median",
+        )
+    ]
     lines.append("injected by kind:")
     lines += [f"  {kind:<10} {n}" for kind, n in out["by_kind"].items()]
     return "\n".join(lines)

@@ -25,7 +25,6 @@ tokenizer=None, **extra) -> str``
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -49,8 +48,8 @@ DEFAULT_FORMAT = "hermes"
 def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
     """Tools in OpenAI form with a clean ``parameters`` object schema.
 
-    >>> normalize_tools([{"name": "f", "parameters": {"type": "dict"}}])
-    [{'type': 'function', 'function': {'name': 'f', 'parameters': {'type': 'object', 'properties': {}}}}]
+    >>> normalize_tools([{"name": "f", "parameters": {"type": "dict"}}])[0]["function"]
+    {'name': 'f', 'parameters': {'type': 'object', 'properties': {}}}
     """
     if tools is None:
         return []
@@ -74,7 +73,9 @@ def _function_of(tool: object, i: int) -> dict[str, Any]:
         raise ValueError(f"tools[{i}]: expected an object, got {type(tool).__name__}")
     if "function" in tool:
         if tool.get("type", "function") != "function":
-            raise ValueError(f"tools[{i}]: type {tool.get('type')!r} is not supported (expected 'function')")
+            raise ValueError(
+                f"tools[{i}]: type {tool.get('type')!r} is not supported (expected 'function')"
+            )
         fn = tool["function"]
         if not isinstance(fn, Mapping):
             raise ValueError(f"tools[{i}]: 'function' must be an object")
@@ -83,7 +84,7 @@ def _function_of(tool: object, i: int) -> dict[str, Any]:
     name = fn.get("name")
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"tools[{i}]: 'name' must be a non-empty string, got {name!r}")
-    return copy.deepcopy(dict(fn))
+    return dict(fn)  # parameters are rebuilt by _object_schema
 
 
 def _object_schema(schema: object, where: str) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def _object_schema(schema: object, where: str) -> dict[str, Any]:
 
 def _schema(schema: Mapping[str, Any], where: str) -> dict[str, Any]:
     """Copy of a JSON Schema with ``dict`` read as ``object``, checked recursively."""
-    out = dict(schema)
+    out = {k: list(v) if isinstance(v, list) else v for k, v in schema.items()}
     kind = out.get("type")
     if kind is None and "properties" in out:
         kind = out["type"] = "object"
@@ -114,7 +115,9 @@ def _schema(schema: Mapping[str, Any], where: str) -> dict[str, Any]:
     kinds = ["object" if k == "dict" else k for k in kinds]
     for k in kinds:
         if k not in JSON_TYPES:
-            raise ValueError(f"{where}: type {k!r} is not a JSON Schema type (expected one of {JSON_TYPES})")
+            raise ValueError(
+                f"{where}: type {k!r} is not a JSON Schema type (expected one of {JSON_TYPES})"
+            )
     if kinds:
         out["type"] = kinds if isinstance(kind, list) else kinds[0]
     if "object" in kinds or "properties" in out:
@@ -127,8 +130,9 @@ def _schema(schema: Mapping[str, Any], where: str) -> dict[str, Any]:
                 raise ValueError(f"{where}.{key}: expected a JSON Schema object")
             fixed[key] = _schema(sub, f"{where}.{key}")
         out["properties"] = fixed
-    if isinstance(out.get("items"), Mapping):
-        out["items"] = _schema(out["items"], f"{where}[]")
+    items = out.get("items")
+    if isinstance(items, Mapping):
+        out["items"] = _schema(items, f"{where}[]")
     return out
 
 
@@ -138,7 +142,7 @@ def _schema(schema: Mapping[str, Any], where: str) -> dict[str, Any]:
 class _Generation(Extension):
     """``{% generation %}...{% endgeneration %}`` renders its body unchanged."""
 
-    tags = {"generation"}
+    tags = {"generation"}  # noqa: RUF012 (the type is declared by jinja2.ext.Extension)
 
     def parse(self, parser: Any) -> nodes.Node:
         lineno = next(parser.stream).lineno
@@ -161,8 +165,9 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     # Jinja's own tojson escapes HTML characters; transformers' does not.
-    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
-                      sort_keys=sort_keys)
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
 
 
 @lru_cache(maxsize=32)
@@ -176,7 +181,9 @@ def _compile(template: str) -> jinja2.Template:
     try:
         return env.from_string(template)
     except jinja2.TemplateSyntaxError as exc:
-        raise ValueError(f"chat template does not compile: {exc.message} (line {exc.lineno})") from exc
+        raise ValueError(
+            f"chat template does not compile: {exc.message} (line {exc.lineno})"
+        ) from exc
 
 
 def render_chat(
@@ -223,7 +230,11 @@ def _message(message: Mapping[str, Any], i: int) -> dict[str, Any]:
 
 
 def _text_part(part: object, i: int) -> str:
-    if isinstance(part, Mapping) and part.get("type") == "text" and isinstance(part.get("text"), str):
+    if (
+        isinstance(part, Mapping)
+        and part.get("type") == "text"
+        and isinstance(part.get("text"), str)
+    ):
         return str(part["text"])
     kind = part.get("type") if isinstance(part, Mapping) else type(part).__name__
     raise ValueError(f"messages[{i}].content: part of type {kind!r} is not supported (only 'text')")

@@ -25,8 +25,8 @@ token positions. Rows:
 
 * scaffold: the marker's tokens -> what follows up to where tools differ
   (with one tool: the name and the markup up to the first argument);
-  ``required``/named: the prompt's last tokens plus the first assistant
-  token -> the rest of that run.
+  ``required``/named: the prompt's last tokens -> that whole run, marker
+  included (proposed by `FillSession.start` before the first sample).
 * name: the name tokens written so far, once unique among the tools -> the
   rest of the name and the markup up to the first argument.
 * key: a key's first tokens, once unique among the tool's unused keys ->
@@ -53,6 +53,7 @@ from ffwd.fill.session import FillKind
 from ffwd.templates.formats import ToolFormat, detect_format, get_format
 from ffwd.templates.formats.base import (
     AllKeysUsed,
+    ArgLayout,
     AtPosition,
     CallLayout,
     KeySoFar,
@@ -63,25 +64,26 @@ from ffwd.templates.formats.base import (
 )
 from ffwd.templates.render import normalize_tools, render_chat
 
-SLOTS = 4  # sentinel values per type; every key meets each of them
+SLOTS = 3  # sentinel values per type; every key meets each of them
+TURNS = 64  # calls per rendering (one assistant turn each)
 ANCHOR = 2  # tokens before a name that anchor its rows
 MAX_TRIGGER = 8
 USER = {"role": "user", "content": "Hi"}
 CONTENT = "Ok."
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 
-# Sentinel values per JSON type: a letter, an empty or punctuation start, a
-# space start, so that merges of the opening quote with a value are seen.
+# Sentinel values per JSON type: a letter, an empty value, a punctuation
+# start, so that merges of the opening quote (or space) with a value are seen.
 SENTINELS: dict[str, tuple[Any, ...]] = {
-    "string": ("Vx", "", "-1", " é"),
-    "integer": (7, -3, 0, 42),
-    "number": (1.5, -2, 0, 7),
-    "boolean": (True, False, True, False),
-    "array": ([], ["Vx"], [7], [[]]),
-    "object": ({}, {"Vx": 1}, {}, {"Vx": "-"}),
-    "null": (None, None, None, None),
+    "string": ("Vx", "", "-1"),
+    "integer": (7, -3, 0),
+    "number": (1.5, -2, 7),
+    "boolean": (True, False, True),
+    "array": ([], ["Vx"], [7]),
+    "object": ({}, {"Vx": 1}, {}),
+    "null": (None, None, None),
 }
-MIXED = ("Vx", 7, True, None)
+MIXED = ("Vx", 7, None)
 
 
 @dataclass(frozen=True)
@@ -127,9 +129,11 @@ def compile_tools(
     choice = _choice(tool_choice, normalized)
     if choice == "none" or not normalized:
         return CompiledTools(FillPlan(echo=echo, eos=eos), fmt_obj, tokenizer)
-    called = normalized if choice in ("auto", "required") else [
-        t for t in normalized if t["function"]["name"] == choice
-    ]
+    called = (
+        normalized
+        if choice in ("auto", "required")
+        else [t for t in normalized if t["function"]["name"] == choice]
+    )
     builder = _Builder(tokenizer, template, fmt_obj, frozenset(eos))
     builder.build(called, forced=choice != "auto")
     plan = FillPlan(tuple(builder.rules), echo, frozenset(builder.delimiters), eos)
@@ -184,7 +188,7 @@ def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
     first once, each key meeting every sentinel slot; ``{}`` when allowed.
 
     >>> variants({"properties": {"a": {"type": "integer"}}, "required": ["a"]})
-    [{'a': 7}, {'a': -3}, {'a': 0}, {'a': 42}]
+    [{'a': 7}, {'a': -3}, {'a': 0}]
     """
     props = list((parameters.get("properties") or {}).items())
     if not props:
@@ -221,30 +225,64 @@ def lcp(seqs: Iterable[Sequence[int]]) -> list[int]:
 
 
 @dataclass
-class _Sample:
-    """One rendering: its text, the assistant turn's ids and their offsets."""
+class _Text:
+    """One whole rendering and its ids with their character offsets."""
 
-    tool: Mapping[str, Any]
     text: str
-    a0: int  # where the assistant turn starts
     ids: list[int]
     starts: list[int]
     ends: list[int]
-    calls: list[CallLayout]
-    clean: bool  # the prompt's own ids end exactly where the turn starts
 
     def tok(self, char: int) -> int:
         """Index of the token that contains character `char`."""
         return max(0, bisect.bisect_right(self.starts, char) - 1)
 
-    def until(self, i: int, cap: float, eos: frozenset[int]) -> list[int]:
-        """Ids from `i` on, stopping before EOS and before a token that reaches `cap`."""
-        out = []
-        for j in range(i, len(self.ids)):
-            if self.ids[j] in eos or self.ends[j] > cap:
-                break
-            out.append(self.ids[j])
-        return out
+
+# Ids of a rendering from an index on, up to (not into) the token that reaches a character.
+_View = tuple[_Text, int, float]
+
+
+def common(views: Iterable[_View], eos: frozenset[int]) -> list[int]:
+    """The ids all views share, stopping before EOS (the lcp, without copying)."""
+    spans = list(views)
+    out: list[int] = []
+    k = 0
+    while spans:
+        tok = -1
+        for r, i, cap in spans:
+            j = i + k
+            if j >= len(r.ids) or r.ends[j] > cap or r.ids[j] in eos or tok not in (-1, r.ids[j]):
+                return out
+            tok = r.ids[j]
+        out.append(tok)
+        k += 1
+    return out
+
+
+@dataclass
+class _Call:
+    """One rendered call: its rendering, layout, and where its turn begins and
+    where its determined markup must end."""
+
+    r: _Text
+    tool: str
+    lay: CallLayout
+    a0: int  # start of its assistant turn
+    more: float  # where "another call" and "end of turn" part (inf: one call per turn)
+    end: float  # end of the turn's text
+    stop: float = 0.0  # where the call's determined ids must end: the nearer of the two
+
+    def __post_init__(self) -> None:
+        self.stop = min(self.more, self.end)
+
+    @property
+    def clean(self) -> bool:
+        """A token starts exactly where the turn starts (the prompt does not merge into it)."""
+        i = self.r.tok(self.a0)
+        return self.r.starts[i] == self.a0
+
+    def run(self, i: int) -> _View:
+        return self.r, i, self.stop
 
 
 class _Builder:
@@ -259,80 +297,56 @@ class _Builder:
         self.eos = eos
         self.rules: dict[FillRow, list[Rule]] = {}
         self.delimiters: set[int] = set()
-        self._where_cache: dict[tuple[object, ...], tuple[object, ...]] = {}
+        self._lead_where: dict[int, tuple[object, ...]] = {}
 
     # --- rendering ----------------------------------------------------------
     def _render(
-        self, specs: Sequence[tuple[Mapping[str, Any], list[tuple[str, dict[str, Any]]], str | None]]
-    ) -> list[_Sample]:
-        prompts: dict[str, str] = {}
-        texts = []
-        for tool, calls, content in specs:
-            name = tool["function"]["name"]
-            if name not in prompts:
-                prompts[name] = self._chat([USER], tool, True)
-            message = {
-                "role": "assistant",
-                "content": content,
-                "tool_calls": [
-                    {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls
-                ],
-            }
-            texts.append(self._chat([USER, message], tool, False))
-        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        self, conversations: Sequence[list[dict[str, Any]]], tool: Mapping[str, Any]
+    ) -> list[_Text]:
+        texts = [
+            render_chat(
+                self.template,
+                messages,
+                [tool],
+                add_generation_prompt=False,
+                tokenizer=self.tokenizer,
+            )
+            for messages in conversations
+        ]
         out = []
-        for (tool, calls, _), text, enc in zip(specs, texts, encodings, strict=True):
-            prompt = prompts[tool["function"]["name"]]
-            if not text.startswith(prompt):
-                raise ValueError(
-                    "the chat template renders the generation prompt differently from the "
-                    "start of an assistant turn; strict rows cannot be aligned"
-                )
-            out.append(self._sample(tool, calls, text, len(prompt), enc))
+        for text, enc in zip(
+            texts, self.backend.encode_batch(texts, add_special_tokens=False), strict=True
+        ):
+            out.append(
+                _Text(text, enc.ids, [s for s, _ in enc.offsets], [e for _, e in enc.offsets])
+            )
         return out
 
-    def _chat(self, messages: list[dict[str, Any]], tool: Mapping[str, Any], gen: bool) -> str:
-        return render_chat(self.template, messages, [tool], add_generation_prompt=gen,
-                           tokenizer=self.tokenizer)
-
-    def _sample(
-        self, tool: Mapping[str, Any], calls: list[tuple[str, dict[str, Any]]], text: str,
-        a0: int, enc: Any,
-    ) -> _Sample:
-        first = next((i for i, (s, _) in enumerate(enc.offsets) if s >= a0), len(enc.ids))
-        clean = first == 0 or enc.offsets[first - 1][1] <= a0
-        ids: list[int] = []
-        starts: list[int] = []
-        ends: list[int] = []
-        for tok, (s, e) in zip(enc.ids[first:], enc.offsets[first:], strict=True):
-            ids.append(tok)
-            starts.append(s)
-            ends.append(e)
-            if tok in self.eos:
-                break
-        layouts = []
-        pos = a0
+    def _locate(
+        self, r: _Text, calls: Sequence[tuple[str, dict[str, Any]]], pos: int
+    ) -> list[CallLayout]:
+        out = []
         for name, args in calls:
-            lay = self.fmt.locate(text, pos, name, args)
+            lay = self.fmt.locate(r.text, pos, name, args)
             if lay is None:
                 raise ValueError(
                     f"tool {name!r}: the chat template's tool call does not look like the "
                     f"{self.fmt.name} format"
                 )
-            layouts.append(lay)
+            out.append(lay)
             pos = lay.close + 1
-        return _Sample(tool, text, a0, ids, starts, ends, layouts, clean)
+        return out
 
-    def _where(self, sample: _Sample, i: int) -> tuple[object, ...]:
-        """The parser's position after token `i` of `sample` (what AtPosition compares)."""
-        key = (sample.text[sample.a0 : sample.ends[i]],)
-        if key not in self._where_cache:
-            parser = self.fmt.new_parser()
-            parser.feed(key[0])
-            self._where_cache[key] = parser.state.where
-        return self._where_cache[key]
+    def _where(self, call: _Call, i: int) -> tuple[object, ...]:
+        """The parser's position after token `i` (what `AtPosition` compares)."""
+        parser = self.fmt.new_parser()
+        parser.feed(call.r.text[call.a0 : call.r.ends[i]])
+        return parser.state.where
 
-    def _add(self, trigger: Sequence[int], emit: Sequence[int], kind: FillKind, rule: Rule | None) -> None:
+    def _add(
+        self, trigger: Sequence[int], emit: Sequence[int], kind: FillKind, rule: Rule | None
+    ) -> None:
+        emit = self._cut(emit)
         if len(emit) < 2 or not trigger:
             return  # a one-token span saves nothing
         row = FillRow(tuple(trigger[-MAX_TRIGGER:]), tuple(emit), kind, rule is not None)
@@ -340,200 +354,344 @@ class _Builder:
         if rule is not None and rule not in rules:
             rules.append(rule)
 
+    def _cut(self, ids: Sequence[int]) -> list[int]:
+        """`ids` up to the first EOS: ending the turn is the model's decision."""
+        out = []
+        for tok in ids:
+            if tok in self.eos:
+                break
+            out.append(tok)
+        return out
+
+    # --- the renderings -------------------------------------------------------------
+    def calls(
+        self, tools: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[_Call], list[_Call], list[int]]:
+        """Every variant of every tool as a call (several turns per rendering),
+        the extra occurrences of a marker (a second call, a call after content),
+        and the prompt's own ids."""
+        first = tools[0]
+        name0 = first["function"]["name"]
+        call0 = (name0, variants(first["function"]["parameters"])[0])
+        prompt = render_chat(self.template, [USER], [first], tokenizer=self.tokenizer)
+        head_r, *extra_r = self._render_extras(first, call0)
+        if not head_r.text.startswith(prompt):
+            raise ValueError(
+                "the chat template renders the generation prompt differently from the start of "
+                "an assistant turn; strict rows cannot be aligned"
+            )
+        a0 = len(prompt)
+        head = self._locate(head_r, [call0], a0)[0]
+        pre = head_r.text[a0 : head.open[0]]  # what a turn writes before its first marker
+        turn_len = len(head_r.text) - head.close
+        delta = self._close_delta(head_r.text, head, extra_r)
+        more = float("inf")
+
+        def call(r: _Text, name: str, lay: CallLayout, start: int) -> _Call:
+            cap = lay.close + delta if delta is not None else more
+            return _Call(r, name, lay, start, cap, lay.close + turn_len)
+
+        extras = []
+        for r, (calls, _) in zip(extra_r, self._extra_specs(call0), strict=False):
+            for lay in self._locate(r, calls, a0):
+                extras.append(call(r, name0, lay, a0))
+        jobs = [
+            (tool["function"]["name"], args) for round_ in _rounds(tools) for tool, args in round_
+        ]
+        head_call = call(head_r, name0, head, a0)
+        opening = head_r.text[head.open[0] : head.close + 1]
+        try:
+            out = self._turn_calls(jobs, call0, first, TURNS, opening, pre, call)
+        except ValueError:  # the template renders longer conversations differently
+            out = self._turn_calls(jobs, call0, first, 1, opening, pre, call)
+        if _body(head_call) != _body(out[0]):
+            raise ValueError(
+                "the chat template renders the same call differently in two renderings"
+            )
+        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return [head_call, *out], extras, prompt_ids
+
+    def _turn_calls(
+        self,
+        jobs: Sequence[tuple[str, dict[str, Any]]],
+        head: tuple[str, dict[str, Any]],
+        tool: Mapping[str, Any],
+        turns: int,
+        opening: str,
+        pre: str,
+        call: Any,
+    ) -> list[_Call]:
+        """Render the jobs `turns` per conversation, one call per assistant turn.
+        Each conversation opens with the lone rendering's call, which marks where
+        the turns begin (the system prompt may quote the markers too)."""
+        out: list[_Call] = []
+        chunks = _chunks(jobs, turns)
+        conversations = []
+        for chunk in chunks:
+            messages: list[dict[str, Any]] = [USER, _assistant([head])]
+            for job in chunk:
+                messages += [USER, _assistant([job])]
+            conversations.append(messages)
+        for chunk, r in zip(chunks, self._render(conversations, tool), strict=True):
+            pos = r.text.find(opening)
+            if pos < 0:
+                raise ValueError(
+                    "the chat template renders a call differently in a longer conversation"
+                )
+            layouts = self._locate(r, [head, *chunk], pos)
+            for (name, _), lay in zip(chunk, layouts[1:], strict=True):
+                start = lay.open[0] - len(pre)
+                if r.text[start : lay.open[0]] != pre or start <= pos:
+                    raise ValueError("the chat template renders later turns differently")
+                out.append(call(r, name, lay, start))
+                pos = lay.close
+        return out
+
+    @staticmethod
+    def _extra_specs(
+        call0: tuple[str, dict[str, Any]],
+    ) -> list[tuple[list[tuple[str, dict[str, Any]]], str | None]]:
+        return [([call0, call0], None), ([call0], CONTENT)]
+
+    def _render_extras(
+        self, tool: Mapping[str, Any], call0: tuple[str, dict[str, Any]]
+    ) -> list[_Text]:
+        """The lone call, then (where the template allows) two calls in one turn
+        and a call after content."""
+        out = self._render([[USER, _assistant([call0])]], tool)
+        for calls, content in self._extra_specs(call0):
+            if len(calls) > 1 and not self.fmt.parallel:
+                break
+            try:
+                out += self._render([[USER, _assistant(calls, content)]], tool)
+            except ValueError:
+                break
+        return out
+
+    @staticmethod
+    def _close_delta(single: str, head: CallLayout, extras: list[_Text]) -> int | None:
+        """Characters from the closing commit to where "another call" and "end of
+        turn" part ways; None when a turn carries one call."""
+        if not extras:
+            return None
+        double = extras[0].text
+        n = next(
+            (i for i, (x, y) in enumerate(zip(single, double, strict=False)) if x != y),
+            min(len(single), len(double)),
+        )
+        return n - head.close
+
     # --- compiling ------------------------------------------------------------
     def build(self, tools: Sequence[Mapping[str, Any]], forced: bool) -> None:
-        specs = [
-            (tool, [(tool["function"]["name"], args)], None)
-            for tool in tools
-            for args in variants(tool["function"]["parameters"])
-        ]
-        singles = self._render(specs)
-        by_tool: dict[str, list[_Sample]] = {}
-        for s in singles:
-            by_tool.setdefault(s.tool["function"]["name"], []).append(s)
-        head = singles[0]
-        extras = self._extras(head)
-        delta = self._close_delta(head, extras[0] if extras else None)
+        calls, extras, prompt_ids = self.calls(tools)
+        by_tool: dict[str, list[_Call]] = {}
+        for c in calls:
+            by_tool.setdefault(c.tool, []).append(c)
+        runs = {
+            name: common((c.run(c.r.tok(c.lay.name[0])) for c in cs), self.eos)
+            for name, cs in by_tool.items()
+        }
+        shared = lcp(runs.values())  # what every tool's name run starts with
         if forced:
-            self._forced_scaffold(singles)
-        self._scaffold(singles, extras)
-        self._names(singles, by_tool)
-        for samples in by_tool.values():
-            self._keys(samples)
-        self._value_ends(singles, delta)
-        self._closes(singles, delta)
-        for s in singles:
-            for arg in s.calls[0].args:
+            self._forced(calls, shared, prompt_ids)
+        self._scaffold([calls[0], *extras], shared)
+        self._names(calls[0], runs, by_tool, len(shared))
+        for cs in by_tool.values():
+            self._keys(cs)
+        self._value_ends(calls)
+        self._closes(calls)
+        for c in calls:
+            for arg in c.lay.args:
                 if arg.delimiter is not None:
-                    self.delimiters.add(s.ids[s.tok(arg.delimiter)])
+                    self.delimiters.add(c.r.ids[c.r.tok(arg.delimiter)])
 
-    def _extras(self, head: _Sample) -> list[_Sample]:
-        """Two calls in one turn, and a call after content (when the template can)."""
-        name = head.tool["function"]["name"]
-        first = (name, dict(variants(head.tool["function"]["parameters"])[0]))
-        out = []
-        for calls, content in (([first, first], None), ([first], CONTENT)):
-            if len(calls) > 1 and not self.fmt.parallel:
-                continue
-            try:
-                out.extend(self._render([(head.tool, calls, content)]))
-            except ValueError:
-                continue
-        return [s for s in out if s.text != head.text]
-
-    def _close_delta(self, single: _Sample, double: _Sample | None) -> int | None:
-        """Characters from the closing commit to where "another call" and "end of
-        turn" part ways; None when one turn carries a single call."""
-        if double is None or len(double.calls) < 2:
-            return None
-        a, b = single.text, double.text
-        n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-        return n - single.calls[0].close
-
-    def _forced_scaffold(self, singles: list[_Sample]) -> None:
-        if not all(s.clean and s.ids for s in singles) or len({s.ids[0] for s in singles}) != 1:
+    def _forced(self, calls: list[_Call], common: list[int], prompt_ids: list[int]) -> None:
+        """A forced call: the prompt's last ids trigger the turn's opening run
+        (`FillSession.start` proposes it before the first sample)."""
+        if not all(c.clean for c in calls):
             return
-        prompt_ids = self.tokenizer.encode(
-            singles[0].text[: singles[0].a0], add_special_tokens=False
-        )
-        emit = lcp(s.ids[1:] for s in singles)
-        self._add([*prompt_ids[-3:], singles[0].ids[0]], self._cut(emit), "scaffold", None)
+        heads = {tuple(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.name[0])]) for c in calls}
+        if len(heads) == 1:
+            self._add(prompt_ids[-3:], [*heads.pop(), *common], "scaffold", None)
 
-    def _cut(self, ids: list[int]) -> list[int]:
-        for i, tok in enumerate(ids):
-            if tok in self.eos:
-                return ids[:i]
-        return ids
+    def _scaffold(self, occurrences: list[_Call], common: list[int]) -> None:
+        """The marker's ids -> the markup up to the name, and what all names share."""
+        for c in occurrences:
+            r = c.r
+            first, last = r.tok(c.lay.open[0]), r.tok(c.lay.open[1] - 1)
+            if r.starts[first] < c.lay.open[0] and first < last:
+                first += 1  # merged with what precedes the marker: not part of the trigger
+            emit = [*r.ids[last + 1 : r.tok(c.lay.name[0])], *common]
+            self._add(r.ids[first : last + 1], emit, "scaffold", AtPosition(self._where(c, last)))
 
-    def _scaffold(self, singles: list[_Sample], extras: list[_Sample]) -> None:
-        def after_marker(s: _Sample, call: int) -> tuple[int, list[int]]:
-            ms, me = s.calls[call].open
-            last = s.tok(me - 1)
-            return last, s.ids[last + 1 :]
+    def _names(
+        self, c0: _Call, runs: dict[str, list[int]], by_tool: dict[str, list[_Call]], b: int
+    ) -> None:
+        """Once the name ids written so far fit one tool: the rest of its run."""
+        n0 = c0.r.tok(c0.lay.name[0])
+        anchor = c0.r.ids[max(0, n0 - ANCHOR) : n0]
+        for name, unique in _unique_prefixes({n: r[b:] for n, r in runs.items()}).items():
+            run = runs[name]
+            c = by_tool[name][0]
+            ns, ne = c.lay.name
+            start = c.r.tok(ns)
+            for j in range(max(1, unique), len(run) - b):
+                text = c.r.text[ns : max(ns, min(ne, c.r.ends[start + b + j - 1]))]
+                trigger = [*anchor, *run[: b + j]][b : len(anchor) + b + j]
+                self._add(trigger, run[b + j :], "name", NameSoFar(text))
 
-        canon = self._cut(lcp(after_marker(s, 0)[1] for s in singles))
-        occurrences = [(singles[0], 0)] + [(s, i) for s in extras for i in range(len(s.calls))]
-        for s, call in occurrences:
-            last, rest = after_marker(s, call)
-            first = s.tok(s.calls[call].open[0])
-            emit = lcp([rest, canon])
-            self._add(s.ids[first : last + 1], emit, "scaffold", AtPosition(self._where(s, last)))
-
-    def _names(self, singles: list[_Sample], by_tool: dict[str, list[_Sample]]) -> None:
-        b = len(lcp(s.ids for s in singles))
-        runs = {name: lcp(s.ids for s in samples) for name, samples in by_tool.items()}
-        for name, run in runs.items():
-            s = by_tool[name][0]
-            ns, ne = s.calls[0].name
-            others = [r[b:] for n, r in runs.items() if n != name]
-            for j in range(1, len(run) - b):
-                prefix = run[b : b + j]
-                if any(o[:j] == prefix for o in others):
-                    continue
-                text = s.text[ns : max(ns, min(ne, s.ends[b + j - 1]))]
-                self._add(run[max(0, b - ANCHOR) : b + j], self._cut(run[b + j :]), "name",
-                          NameSoFar(text))
-
-    def _keys(self, samples: list[_Sample]) -> None:
-        s0 = samples[0]
-        tool = s0.text[slice(*s0.calls[0].name)]
-        occurrences: dict[str, list[tuple[_Sample, Any]]] = {}
-        for s in samples:
-            for arg in s.calls[0].args:
-                occurrences.setdefault(arg.key, []).append((s, arg))
-        raw = {k: occ[0][0].text[slice(*occ[0][1].key_span)] for k, occ in occurrences.items()}
-        runs: dict[str, list[int]] = {}
-        for key, occ in occurrences.items():
-            run = self._key_run(occ)
-            if run is not None:
-                runs[key] = run
+    def _keys(self, calls: list[_Call]) -> None:
+        """A key's first ids, once no unused key shares them -> the rest of the key
+        and its separator; after a separator that commits to one more key, when a
+        single key is left -> all of it."""
+        c0 = calls[0]
+        tool = c0.r.text[slice(*c0.lay.name)]
+        occurrences: dict[str, list[tuple[_Call, ArgLayout]]] = {}
+        for c in calls:
+            for arg in c.lay.args:
+                occurrences.setdefault(arg.key, []).append((c, arg))
+        raw = {k: occ[0][0].r.text[slice(*occ[0][1].key_span)] for k, occ in occurrences.items()}
+        runs = {k: run for k, occ in occurrences.items() if (run := self._key_run(occ)) is not None}
         for key, run in runs.items():
-            s, arg = occurrences[key][0]
+            c, arg = occurrences[key][0]
             ks, ke = arg.key_span
-            start = s.tok(ks)
-            width = s.tok(ke - 1) - start + 1
-            anchors = {o.ids[o.tok(a.key_span[0]) - 1] for o, a in occurrences[key]}
+            start = c.r.tok(ks)
+            width = c.r.tok(ke - 1) - start + 1
+            anchors = sorted({o.r.ids[o.r.tok(a.key_span[0]) - 1] for o, a in occurrences[key]})
             for j in range(1, width + 1):
                 rivals = frozenset(
-                    raw[k] for k in occurrences
+                    raw[k]
+                    for k in occurrences
                     if k != key and (k not in runs or runs[k][:j] == run[:j])
                 )
-                rule = KeySoFar(tool, raw[key], s.text[ks : min(ke, s.ends[start + j - 1])], rivals)
-                for anchor in sorted(anchors):
+                text = c.r.text[ks : min(ke, c.r.ends[start + j - 1])]
+                rule = KeySoFar(tool, raw[key], text, rivals)
+                for anchor in anchors:
                     self._add([anchor, *run[:j]], run[j:], "key", rule)
             others = frozenset(raw[k] for k in occurrences if k != key)
             for o, a in occurrences[key]:
-                if a.lead < 0:
+                lead, first = o.r.tok(a.lead), o.r.tok(a.key_span[0])
+                if a.lead < 0 or lead >= first:
                     continue
-                lead, first = o.tok(a.lead), o.tok(a.key_span[0])
-                if lead < first:
-                    rule2 = OnlyKeyLeft(self._where(o, lead), tool, raw[key], others)
-                    self._add([o.ids[lead]], [*o.ids[lead + 1 : first], *run], "key", rule2)
+                trigger = o.r.ids[lead]
+                if trigger not in self._lead_where:  # the same for every tool
+                    self._lead_where[trigger] = self._where(o, lead)
+                rule2 = OnlyKeyLeft(self._lead_where[trigger], tool, raw[key], others)
+                self._add([trigger], [*o.r.ids[lead + 1 : first], *run], "key", rule2)
 
-    @staticmethod
-    def _key_run(occurrences: list[tuple[_Sample, Any]]) -> list[int] | None:
-        """The ids common to every rendering of a key, from its first token on,
-        or None when the key does not start on a token boundary everywhere."""
+    def _key_run(self, occurrences: list[tuple[_Call, ArgLayout]]) -> list[int] | None:
+        """The ids every rendering of a key shares, from its first token on, or
+        None when the key does not start on a token boundary everywhere."""
         tails = []
-        for s, arg in occurrences:
-            i = s.tok(arg.key_span[0])
-            if i == 0 or s.starts[i] != arg.key_span[0]:
+        for c, arg in occurrences:
+            i = c.r.tok(arg.key_span[0])
+            if c.r.starts[i] != arg.key_span[0]:
                 return None
-            tails.append(s.ids[i:])
-        run = lcp(tails)
-        s, arg = occurrences[0]
-        width = s.tok(arg.key_span[1] - 1) - s.tok(arg.key_span[0]) + 1
+            tails.append(c.run(i))
+        run = common(tails, self.eos)
+        c, arg = occurrences[0]
+        width = c.r.tok(arg.key_span[1] - 1) - c.r.tok(arg.key_span[0]) + 1
         return run if len(run) >= width else None
 
-    def _value_ends(self, singles: list[_Sample], delta: int | None) -> None:
-        """XML-style formats mark a value's end; what follows is markup up to the
-        next parameter, or (every key written) up to the end of the call."""
-        ends: dict[int, list[list[int]]] = {}
-        lasts: dict[tuple[int, str], list[list[int]]] = {}
+    def _value_ends(self, calls: list[_Call]) -> None:
+        """Formats that mark a value's end (XML): the markup up to the next
+        parameter, or, once every key is written, up to the end of the call."""
+        ends: dict[int, list[_View]] = {}
+        lasts: dict[tuple[int, str], list[_View]] = {}
         where: dict[int, tuple[object, ...]] = {}
-        tools: dict[str, tuple[str, frozenset[str]]] = {}
-        for s in singles:
-            call = s.calls[0]
-            for i, arg in enumerate(call.args):
+        keys: dict[str, frozenset[str]] = {}
+        for c in calls:
+            args = c.lay.args
+            for i, arg in enumerate(args):
                 if arg.end is None:
                     continue
-                t = s.tok(arg.end)
-                trigger = s.ids[t]
-                where.setdefault(trigger, self._where(s, t))
-                nxt = call.args[i + 1].lead if i + 1 < len(call.args) else call.close
-                ends.setdefault(trigger, []).append(s.until(t + 1, nxt, self.eos))
-                if i + 1 == len(call.args):
-                    tool = s.text[slice(*call.name)]
-                    keys = frozenset(s.text[slice(*a.key_span)] for a in call.args)
-                    tools[tool] = (tool, keys)
-                    cap = call.close + delta if delta is not None else float("inf")
-                    lasts.setdefault((trigger, tool), []).append(s.until(t + 1, cap, self.eos))
-        for (trigger, tool), conts in lasts.items():
-            name, keys = tools[tool]
-            self._add([trigger], lcp(conts), "close", AllKeysUsed(where[trigger], name, keys))
-        for trigger, conts in ends.items():
-            self._add([trigger], lcp(conts), "close", AtPosition(where[trigger]))
+                t = c.r.tok(arg.end)
+                trigger = c.r.ids[t]
+                if trigger not in where:
+                    where[trigger] = self._where(c, t)
+                nxt = args[i + 1].lead if i + 1 < len(args) else c.lay.close
+                ends.setdefault(trigger, []).append((c.r, t + 1, nxt))
+                if i + 1 == len(args):
+                    tool = c.r.text[slice(*c.lay.name)]
+                    keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
+                    lasts.setdefault((trigger, tool), []).append(c.run(t + 1))
+        for (trigger, tool), views in lasts.items():
+            rule = AllKeysUsed(where[trigger], tool, keys[tool])
+            self._add([trigger], common(views, self.eos), "close", rule)
+        for trigger, views in ends.items():
+            self._add([trigger], common(views, self.eos), "close", AtPosition(where[trigger]))
 
-    def _closes(self, singles: list[_Sample], delta: int | None) -> None:
-        closes: dict[tuple[int, bool], list[list[int]]] = {}
-        ends: dict[int, list[list[int]]] = {}
+    def _closes(self, calls: list[_Call]) -> None:
+        """The id that closes the arguments -> the markup up to where another call
+        and the end of the turn part; the id that starts the end -> the rest."""
+        closes: dict[tuple[int, bool], list[_View]] = {}
+        ends: dict[int, list[_View]] = {}
         where: dict[object, tuple[object, ...]] = {}
-        for s in singles:
-            c = s.calls[0].close
-            t = s.tok(c)
-            cap = c + delta if delta is not None else float("inf")
-            straddles = s.ends[t] > cap
-            key = (s.ids[t], straddles)
-            where.setdefault(key, self._where(s, t))
-            closes.setdefault(key, []).append(s.until(t + 1, float("inf") if straddles else cap,
-                                                      self.eos))
-            if delta is None or straddles:
+        for c in calls:
+            r = c.r
+            t = r.tok(c.lay.close)
+            straddles = r.ends[t] > c.more  # the closing id already starts the end of the turn
+            key = (r.ids[t], straddles)
+            if key not in where:
+                where[key] = self._where(c, t)
+            closes.setdefault(key, []).append((r, t + 1, c.end if straddles else c.stop))
+            if straddles or c.more == float("inf"):
                 continue
-            u = s.tok(int(cap))
-            if u < len(s.ids) and s.ids[u] not in self.eos:
-                where.setdefault(s.ids[u], self._where(s, u))
-                ends.setdefault(s.ids[u], []).append(s.until(u + 1, float("inf"), self.eos))
-        for key, conts in closes.items():
-            self._add([key[0]], lcp(conts), "close", AtPosition(where[key]))
-        for trigger, conts in ends.items():
-            self._add([trigger], lcp(conts), "turn-end", AtPosition(where[trigger]))
+            u = r.tok(int(c.more))
+            if r.ids[u] in self.eos:
+                continue
+            if r.ids[u] not in where:
+                where[r.ids[u]] = self._where(c, u)
+            ends.setdefault(r.ids[u], []).append((r, u + 1, c.end))
+        for key, views in closes.items():
+            self._add([key[0]], common(views, self.eos), "close", AtPosition(where[key]))
+        for trigger, views in ends.items():
+            self._add([trigger], common(views, self.eos), "turn-end", AtPosition(where[trigger]))
+
+
+def _body(c: _Call) -> list[int]:
+    """The ids of a call's turn up to the one that closes its arguments."""
+    return c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.close) + 1]
+
+
+def _assistant(
+    calls: Sequence[tuple[str, dict[str, Any]]], content: str | None = None
+) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls
+        ],
+    }
+
+
+def _rounds(
+    tools: Sequence[Mapping[str, Any]],
+) -> list[list[tuple[Mapping[str, Any], dict[str, Any]]]]:
+    """Round r holds every tool's r-th variant, so neighbouring turns differ."""
+    per_tool = [(t, variants(t["function"]["parameters"])) for t in tools]
+    depth = max(len(v) for _, v in per_tool)
+    return [[(t, v[r]) for t, v in per_tool if r < len(v)] for r in range(depth)]
+
+
+def _unique_prefixes(runs: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    """For each run, the fewest leading ids that no other run starts with.
+
+    >>> _unique_prefixes({"a": [1, 2, 3], "b": [1, 2, 4], "c": [5], "d": [1, 2]})
+    {'d': 3, 'a': 3, 'b': 3, 'c': 1}
+    """
+    order = sorted(runs, key=lambda n: list(runs[n]))
+    out = {}
+    for i, name in enumerate(order):
+        run = runs[name]
+        shared = 0
+        for j in (i - 1, i + 1):
+            if 0 <= j < len(order):
+                shared = max(shared, len(lcp([run, runs[order[j]]])))
+        out[name] = shared + 1
+    return out
+
+
+def _chunks(items: Sequence[Any], n: int) -> list[Sequence[Any]]:
+    return [items[i : i + n] for i in range(0, len(items), n)]

@@ -36,7 +36,9 @@ def get_format(name: str) -> ToolFormat:
     try:
         return FORMATS[name]
     except KeyError:
-        raise ValueError(f"tool-call format {name!r}: expected one of {', '.join(FORMATS)}") from None
+        raise ValueError(
+            f"tool-call format {name!r}: expected one of {', '.join(FORMATS)}"
+        ) from None
 
 
 def detect_format(template_text: str) -> str:

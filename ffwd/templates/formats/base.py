@@ -233,7 +233,9 @@ class AllKeysUsed:
 def token_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
     def decode(ids: Sequence[int]) -> str:
         return str(
-            tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+            tokenizer.decode(
+                list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
         )
 
     return decode

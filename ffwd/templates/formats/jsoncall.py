@@ -416,7 +416,9 @@ class JsonCallParser:
         if not isinstance(name, str) or not isinstance(args, dict):
             self._fail("")
             return
-        text = json.dumps(args, ensure_ascii=False) if self._args_string or args_key is None else None
+        text = (
+            json.dumps(args, ensure_ascii=False) if self._args_string or args_key is None else None
+        )
         if text is None:
             text = _value_text(raw[start:], args_key)
         if not self._named:

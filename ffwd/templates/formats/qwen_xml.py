@@ -271,7 +271,7 @@ def _property_schemas(
 def locate(text: str, start: int, name: str, args: Mapping[str, Any]) -> CallLayout | None:
     """Find the parts of the rendered call of `name` that begins at or after `start`.
 
-    >>> t = "<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>\\n</tool_call>"
+    >>> t = "<tool_call>\\n<function=f>\\n<parameter=a>\\nx\\n</parameter>\\n</function>"
     >>> lay = locate(t, 0, "f", {"a": "x"})
     >>> t[slice(*lay.name)], t[slice(*lay.args[0].value_span)], t[lay.close - 1 : lay.close + 1]
     ('f', 'x', '</')
