@@ -8,8 +8,9 @@ fires, its ids are compared with the next ground-truth ids: equal ids are
 injected (skipped), a difference is a **mismatch** (a bug in the rows).
 
 ``replay(entries, tokenizer, fmt=None, tool_choice="auto") -> ReplayResult``
-is the library form; ``main`` prints one JSON object with ``--json``
-(``entries, tokens, injected, fraction, mismatches, by_kind``) or a table.
+is the library form (``replay_turn`` replays any one assistant message);
+``main`` prints one JSON object with ``--json`` (``entries, tokens, injected,
+fraction, mismatches, by_kind``) or a table.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ffwd.fill import FILL_KINDS, FillPlan, FillSession, Proposal
+from ffwd.fill import FILL_KINDS, FillPlan, FillRow, FillSession, Proposal
 from ffwd.templates.render import render_chat, resolve_template
-from ffwd.templates.rows import compile_tools, default_eos_ids
+from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 TOOL_CHOICES = ("auto", "required")
 
@@ -78,13 +79,19 @@ def assistant_ids(tokenizer: Any, prompt: str, full: str, eos: Iterable[int]) ->
     return ids
 
 
-def kind_of(plan: FillPlan, ids: Sequence[int]) -> str:
-    """The kind of the row a (possibly clamped) proposal came from."""
-    n = len(ids)
+def kind_of(plan: FillPlan, context: Any, tail: Sequence[int], ids: Sequence[int]) -> str:
+    """The kind of the row that proposed `ids` (possibly clamped) after `tail`:
+    the one `StrictRowSource` picks, the longest trigger the context allows."""
+    best: FillRow | None = None
     for row in plan.rows:
-        if row.emit[:n] == tuple(ids):
-            return row.kind
-    return "scaffold"
+        t = row.trigger
+        if row.emit[: len(ids)] != tuple(ids) or tuple(tail[len(tail) - len(t) :]) != t:
+            continue
+        if row.requires_context and not context.allows(row):
+            continue
+        if best is None or len(t) > len(best.trigger):
+            best = row
+    return best.kind if best is not None else "scaffold"
 
 
 def replay_one(
@@ -100,7 +107,8 @@ def replay_one(
     i = 0
     while True:
         if proposal is not None:
-            i += _settle(session, proposal, truth, i, plan, result)
+            kind = kind_of(plan, context, [*prompt_ids, *truth[:i]], proposal.ids)
+            i += _settle(session, proposal, truth, i, kind, result)
         if i >= len(truth):
             break
         proposal = session.push(truth[i])
@@ -113,7 +121,7 @@ def _settle(
     proposal: Proposal,
     truth: Sequence[int],
     i: int,
-    plan: FillPlan,
+    kind: str,
     result: ReplayResult,
 ) -> int:
     """Commit `proposal` if the ground truth continues with it; return the ids it covers."""
@@ -121,7 +129,7 @@ def _settle(
     if tuple(truth[i : i + n]) == proposal.ids:
         session.commit(proposal, n)
         result.injected += n
-        result.by_kind[kind_of(plan, proposal.ids)] += n
+        result.by_kind[kind] += n
         return n
     session.commit(proposal, 0)
     result.mismatches += 1
@@ -130,6 +138,26 @@ def _settle(
             {"at": i, "proposed": list(proposal.ids), "truth": list(truth[i : i + n])}
         )
     return 0
+
+
+def replay_turn(
+    compiled: CompiledTools,
+    template: str,
+    tokenizer: Any,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]],
+    answer: Mapping[str, Any],
+    result: ReplayResult,
+) -> None:
+    """Replay one assistant message `answer` after `messages` (any calls, any content)."""
+    prompt = render_chat(template, messages, tools, tokenizer=tokenizer)
+    full = render_chat(
+        template, [*messages, answer], tools, add_generation_prompt=False, tokenizer=tokenizer
+    )
+    truth = assistant_ids(tokenizer, prompt, full, compiled.plan.eos)
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result)
+    result.entries += 1
 
 
 def replay(
@@ -143,26 +171,12 @@ def replay(
         t0 = time.perf_counter()
         compiled = compile_tools(tokenizer, template, entry.tools, tool_choice, eos, fmt_name)
         result.compile_ms.append((time.perf_counter() - t0) * 1000)
-        call = entry.call
-        answer = {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-            ],
+        call = {
+            "type": "function",
+            "function": {"name": entry.call.name, "arguments": entry.call.arguments},
         }
-        prompt = render_chat(template, entry.messages, entry.tools, tokenizer=tokenizer)
-        full = render_chat(
-            template,
-            [*entry.messages, answer],
-            entry.tools,
-            add_generation_prompt=False,
-            tokenizer=tokenizer,
-        )
-        truth = assistant_ids(tokenizer, prompt, full, eos)
-        prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-        replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result)
-        result.entries += 1
+        answer = {"role": "assistant", "content": None, "tool_calls": [call]}
+        replay_turn(compiled, template, tokenizer, entry.messages, entry.tools, answer, result)
     return result
 
 

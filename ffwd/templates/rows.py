@@ -240,6 +240,8 @@ class _Text:
 
 # Ids of a rendering from an index on, up to (not into) the token that reaches a character.
 _View = tuple[_Text, int, float]
+# A token at a structural character: (its id, chars before that character, chars from it on).
+_Point = tuple[int, int, int]
 
 
 def common(views: Iterable[_View], eos: frozenset[int]) -> list[int]:
@@ -297,7 +299,7 @@ class _Builder:
         self.eos = eos
         self.rules: dict[FillRow, list[Rule]] = {}
         self.delimiters: set[int] = set()
-        self._lead_where: dict[int, tuple[object, ...]] = {}
+        self._wheres: dict[_Point, tuple[object, ...]] = {}
 
     # --- rendering ----------------------------------------------------------
     def _render(
@@ -384,12 +386,14 @@ class _Builder:
         head = self._locate(head_r, [call0], a0)[0]
         pre = head_r.text[a0 : head.open[0]]  # what a turn writes before its first marker
         turn_len = len(head_r.text) - head.close
+        # A turn that another turn follows may end in a token merged with the next
+        # one: there, the turn's last token (as the lone rendering has it) is unknown.
+        inner_len = head_r.starts[head_r.tok(len(head_r.text) - 1)] - head.close
         delta = self._close_delta(head_r.text, head, extra_r)
-        more = float("inf")
 
-        def call(r: _Text, name: str, lay: CallLayout, start: int) -> _Call:
-            cap = lay.close + delta if delta is not None else more
-            return _Call(r, name, lay, start, cap, lay.close + turn_len)
+        def call(r: _Text, name: str, lay: CallLayout, start: int, last: bool = True) -> _Call:
+            more = lay.close + delta if delta is not None else float("inf")
+            return _Call(r, name, lay, start, more, lay.close + (turn_len if last else inner_len))
 
         extras = []
         for r, (calls, _) in zip(extra_r, self._extra_specs(call0), strict=False):
@@ -438,12 +442,12 @@ class _Builder:
                 raise ValueError(
                     "the chat template renders a call differently in a longer conversation"
                 )
-            layouts = self._locate(r, [head, *chunk], pos)
-            for (name, _), lay in zip(chunk, layouts[1:], strict=True):
+            layouts = self._locate(r, [head, *chunk], pos)[1:]
+            for i, ((name, _), lay) in enumerate(zip(chunk, layouts, strict=True)):
                 start = lay.open[0] - len(pre)
                 if r.text[start : lay.open[0]] != pre or start <= pos:
                     raise ValueError("the chat template renders later turns differently")
-                out.append(call(r, name, lay, start))
+                out.append(call(r, name, lay, start, last=i + 1 == len(chunk)))
                 pos = lay.close
         return out
 
@@ -570,14 +574,13 @@ class _Builder:
                     self._add([anchor, *run[:j]], run[j:], "key", rule)
             others = frozenset(raw[k] for k in occurrences if k != key)
             for o, a in occurrences[key]:
-                lead, first = o.r.tok(a.lead), o.r.tok(a.key_span[0])
-                if a.lead < 0 or lead >= first:
+                if a.lead < 0:
                     continue
-                trigger = o.r.ids[lead]
-                if trigger not in self._lead_where:  # the same for every tool
-                    self._lead_where[trigger] = self._where(o, lead)
-                rule2 = OnlyKeyLeft(self._lead_where[trigger], tool, raw[key], others)
-                self._add([trigger], [*o.r.ids[lead + 1 : first], *run], "key", rule2)
+                lead, point = self._point(o, a.lead)
+                first = o.r.tok(a.key_span[0])
+                if lead < first:
+                    rule2 = OnlyKeyLeft(self._wheres[point], tool, raw[key], others)
+                    self._add([point[0]], [*o.r.ids[lead + 1 : first], *run], "key", rule2)
 
     def _key_run(self, occurrences: list[tuple[_Call, ArgLayout]]) -> list[int] | None:
         """The ids every rendering of a key shares, from its first token on, or
@@ -596,57 +599,60 @@ class _Builder:
     def _value_ends(self, calls: list[_Call]) -> None:
         """Formats that mark a value's end (XML): the markup up to the next
         parameter, or, once every key is written, up to the end of the call."""
-        ends: dict[int, list[_View]] = {}
-        lasts: dict[tuple[int, str], list[_View]] = {}
-        where: dict[int, tuple[object, ...]] = {}
+        ends: dict[_Point, list[_View]] = {}
+        lasts: dict[tuple[_Point, str], list[_View]] = {}
         keys: dict[str, frozenset[str]] = {}
         for c in calls:
             args = c.lay.args
             for i, arg in enumerate(args):
                 if arg.end is None:
                     continue
-                t = c.r.tok(arg.end)
-                trigger = c.r.ids[t]
-                if trigger not in where:
-                    where[trigger] = self._where(c, t)
+                t, point = self._point(c, arg.end)
                 nxt = args[i + 1].lead if i + 1 < len(args) else c.lay.close
-                ends.setdefault(trigger, []).append((c.r, t + 1, nxt))
+                ends.setdefault(point, []).append((c.r, t + 1, nxt))
                 if i + 1 == len(args):
                     tool = c.r.text[slice(*c.lay.name)]
                     keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
-                    lasts.setdefault((trigger, tool), []).append(c.run(t + 1))
-        for (trigger, tool), views in lasts.items():
-            rule = AllKeysUsed(where[trigger], tool, keys[tool])
-            self._add([trigger], common(views, self.eos), "close", rule)
-        for trigger, views in ends.items():
-            self._add([trigger], common(views, self.eos), "close", AtPosition(where[trigger]))
+                    lasts.setdefault((point, tool), []).append(c.run(t + 1))
+        for (point, tool), views in lasts.items():
+            rule = AllKeysUsed(self._wheres[point], tool, keys[tool])
+            self._add([point[0]], common(views, self.eos), "close", rule)
+        for point, views in ends.items():
+            rule2 = AtPosition(self._wheres[point])
+            self._add([point[0]], common(views, self.eos), "close", rule2)
 
     def _closes(self, calls: list[_Call]) -> None:
         """The id that closes the arguments -> the markup up to where another call
         and the end of the turn part; the id that starts the end -> the rest."""
-        closes: dict[tuple[int, bool], list[_View]] = {}
-        ends: dict[int, list[_View]] = {}
-        where: dict[object, tuple[object, ...]] = {}
+        closes: dict[_Point, list[_View]] = {}
+        ends: dict[_Point, list[_View]] = {}
         for c in calls:
             r = c.r
-            t = r.tok(c.lay.close)
+            t, point = self._point(c, c.lay.close)
             straddles = r.ends[t] > c.more  # the closing id already starts the end of the turn
-            key = (r.ids[t], straddles)
-            if key not in where:
-                where[key] = self._where(c, t)
-            closes.setdefault(key, []).append((r, t + 1, c.end if straddles else c.stop))
+            closes.setdefault(point, []).append((r, t + 1, c.end if straddles else c.stop))
             if straddles or c.more == float("inf"):
                 continue
-            u = r.tok(int(c.more))
-            if r.ids[u] in self.eos:
-                continue
-            if r.ids[u] not in where:
-                where[r.ids[u]] = self._where(c, u)
-            ends.setdefault(r.ids[u], []).append((r, u + 1, c.end))
-        for key, views in closes.items():
-            self._add([key[0]], common(views, self.eos), "close", AtPosition(where[key]))
-        for trigger, views in ends.items():
-            self._add([trigger], common(views, self.eos), "turn-end", AtPosition(where[trigger]))
+            u, start = self._point(c, int(c.more))
+            if r.ids[u] not in self.eos:
+                ends.setdefault(start, []).append((r, u + 1, c.end))
+        for point, views in closes.items():
+            rule = AtPosition(self._wheres[point])
+            self._add([point[0]], common(views, self.eos), "close", rule)
+        for point, views in ends.items():
+            rule = AtPosition(self._wheres[point])
+            self._add([point[0]], common(views, self.eos), "turn-end", rule)
+
+    def _point(self, c: _Call, char: int) -> tuple[int, _Point]:
+        """The token holding `char`, and the point it makes (its id, where `char`
+        sits in it, where it ends past `char`); the parser's position after it
+        is worked out once per point."""
+        r = c.r
+        t = r.tok(char)
+        point = (r.ids[t], char - r.starts[t], r.ends[t] - char)
+        if point not in self._wheres:
+            self._wheres[point] = self._where(c, t)
+        return t, point
 
 
 def _body(c: _Call) -> list[int]:

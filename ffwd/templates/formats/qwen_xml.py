@@ -11,7 +11,8 @@
 Values are raw text. The parser turns them into JSON arguments using the
 tools' schemas when it has them (``"5"`` stays a string for a string
 property, becomes 5 for an integer one); without a schema, text that parses
-as JSON is taken as JSON and anything else as a string.
+as JSON is taken as JSON, ``True``/``False`` (how the template writes
+booleans) as booleans, and anything else as a string.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def convert_value(text: str, schema: Mapping[str, Any] | None) -> Any:
     kind = schema.get("type") if schema else None
     if kind == "string":
         return text
-    if kind == "boolean" and text.strip().lower() in ("true", "false"):
+    if kind in ("boolean", None) and text.strip().lower() in ("true", "false"):
         return text.strip().lower() == "true"
     try:
         return json.loads(text)
