@@ -1,0 +1,119 @@
+"""Prompt cache: keep the KV state of earlier conversations, LRU, bounded by bytes.
+
+Multi-turn agents resend the whole conversation, so most of a prompt is
+usually a prefix that some earlier request already ran through the model.
+The backend always keeps its live cache (the last request's prompt and
+output) and `prefill` reuses its longest common prefix by itself. This cache
+adds the states of *other* conversations: before a request, if a saved state
+shares a longer prefix with the prompt than the live cache does, the live
+state is saved and the better one loaded; `prefill` then trims it to the
+common prefix and runs only the rest.
+
+A saved state is usable only if it is an exact prefix of the prompt, or if the
+backend's cache can be cut back anywhere (`trims_freely`: sliding-window and
+recurrent caches cannot).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class CacheState(Protocol):
+    @property
+    def ids(self) -> tuple[int, ...]: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+class StatefulBackend(Protocol):
+    @property
+    def cached_ids(self) -> tuple[int, ...]: ...
+
+    def save_state(self) -> CacheState: ...
+
+    def load_state(self, state: CacheState) -> None: ...
+
+    @property
+    def trims_freely(self) -> bool:
+        """Whether any state can be cut back to any shorter prefix (plain attention)."""
+        ...
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix.
+
+    >>> common_prefix([1, 2, 3, 4], [1, 2, 9])
+    2
+    """
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class PromptCacheStats:
+    loads: int = 0  # requests that switched to a saved state
+    saves: int = 0
+    evictions: int = 0
+
+
+class PromptCache:
+    """Saved backend states, most recently used last, at most `max_bytes` in all."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if max_bytes < 0:
+            raise ValueError(f"prompt cache bytes={max_bytes}: expected an integer >= 0")
+        self.max_bytes = max_bytes
+        self.stats = PromptCacheStats()
+        self._entries: OrderedDict[int, CacheState] = OrderedDict()
+        self._next = 0
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def select(self, backend: StatefulBackend, prompt: Sequence[int]) -> None:
+        """Before prefill: load the saved state that best serves `prompt`, if any beats
+        the live cache (saving the live one in its place)."""
+        if self.max_bytes == 0 or not self._entries:
+            return
+        live = backend.cached_ids
+        # The prefill always runs the prompt's last id, so a prefix is usable up to len-1.
+        usable = len(prompt) - 1
+        best_key, best = None, min(common_prefix(live, prompt), usable)
+        for key, state in self._entries.items():
+            n = min(common_prefix(state.ids, prompt), usable)
+            if n > best and (n == len(state.ids) or backend.trims_freely):
+                best_key, best = key, n
+        if best_key is None:
+            return
+        chosen = self._entries.pop(best_key)
+        self._bytes -= chosen.nbytes
+        if live:
+            self._store(backend.save_state())
+        backend.load_state(chosen)
+        self.stats.loads += 1
+
+    def _store(self, state: CacheState) -> None:
+        if state.nbytes > self.max_bytes:
+            return
+        self._entries[self._next] = state
+        self._next += 1
+        self._bytes += state.nbytes
+        self.stats.saves += 1
+        while self._bytes > self.max_bytes:
+            _, old = self._entries.popitem(last=False)
+            self._bytes -= old.nbytes
+            self.stats.evictions += 1
+
