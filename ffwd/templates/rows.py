@@ -238,27 +238,35 @@ class _Text:
         return max(0, bisect.bisect_right(self.starts, char) - 1)
 
 
-# Ids of a rendering from an index on, up to (not into) the token that reaches a character.
-_View = tuple[_Text, int, float]
+# Ids of a rendering from an index on, up to (not into) the token that reaches a
+# character; "soft" when that limit only means "unknown from here" (the end of a
+# turn that another turn follows), not "something else may follow".
+_View = tuple[_Text, int, float, bool]
 # A token at a structural character: (its id, chars before that character, chars from it on).
 _Point = tuple[int, int, int]
 
 
 def common(views: Iterable[_View], eos: frozenset[int]) -> list[int]:
-    """The ids all views share, stopping before EOS (the lcp, without copying)."""
+    """The ids all views share, stopping before EOS (their lcp, without copying).
+    A view past its soft limit has no say; past a hard one it ends the run."""
     spans = list(views)
     out: list[int] = []
     k = 0
-    while spans:
+    while True:
         tok = -1
-        for r, i, cap in spans:
+        for r, i, cap, soft in spans:
             j = i + k
-            if j >= len(r.ids) or r.ends[j] > cap or r.ids[j] in eos or tok not in (-1, r.ids[j]):
+            if j >= len(r.ids) or r.ends[j] > cap or r.ids[j] in eos:
+                if soft and j < len(r.ids) and r.ids[j] not in eos:
+                    continue
+                return out
+            if tok not in (-1, r.ids[j]):
                 return out
             tok = r.ids[j]
+        if tok == -1:
+            return out
         out.append(tok)
         k += 1
-    return out
 
 
 @dataclass
@@ -271,11 +279,8 @@ class _Call:
     lay: CallLayout
     a0: int  # start of its assistant turn
     more: float  # where "another call" and "end of turn" part (inf: one call per turn)
-    end: float  # end of the turn's text
-    stop: float = 0.0  # where the call's determined ids must end: the nearer of the two
-
-    def __post_init__(self) -> None:
-        self.stop = min(self.more, self.end)
+    end: float  # end of the turn's text, or of what is known of it (`last` is False)
+    last: bool = True  # no turn follows in this rendering
 
     @property
     def clean(self) -> bool:
@@ -284,7 +289,11 @@ class _Call:
         return self.r.starts[i] == self.a0
 
     def run(self, i: int) -> _View:
-        return self.r, i, self.stop
+        """From token `i` to where the call's determined markup must end."""
+        return self.view(i, min(self.more, self.end))
+
+    def view(self, i: int, cap: float) -> _View:
+        return self.r, i, cap, cap >= self.end and not self.last
 
 
 class _Builder:
@@ -393,7 +402,8 @@ class _Builder:
 
         def call(r: _Text, name: str, lay: CallLayout, start: int, last: bool = True) -> _Call:
             more = lay.close + delta if delta is not None else float("inf")
-            return _Call(r, name, lay, start, more, lay.close + (turn_len if last else inner_len))
+            end = lay.close + (turn_len if last else inner_len)
+            return _Call(r, name, lay, start, more, end, last)
 
         extras = []
         for r, (calls, _) in zip(extra_r, self._extra_specs(call0), strict=False):
@@ -609,7 +619,7 @@ class _Builder:
                     continue
                 t, point = self._point(c, arg.end)
                 nxt = args[i + 1].lead if i + 1 < len(args) else c.lay.close
-                ends.setdefault(point, []).append((c.r, t + 1, nxt))
+                ends.setdefault(point, []).append(c.view(t + 1, nxt))
                 if i + 1 == len(args):
                     tool = c.r.text[slice(*c.lay.name)]
                     keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
@@ -630,12 +640,12 @@ class _Builder:
             r = c.r
             t, point = self._point(c, c.lay.close)
             straddles = r.ends[t] > c.more  # the closing id already starts the end of the turn
-            closes.setdefault(point, []).append((r, t + 1, c.end if straddles else c.stop))
+            closes.setdefault(point, []).append(c.view(t + 1, c.end) if straddles else c.run(t + 1))
             if straddles or c.more == float("inf"):
                 continue
             u, start = self._point(c, int(c.more))
             if r.ids[u] not in self.eos:
-                ends.setdefault(start, []).append((r, u + 1, c.end))
+                ends.setdefault(start, []).append(c.view(u + 1, c.end))
         for point, views in closes.items():
             rule = AtPosition(self._wheres[point])
             self._add([point[0]], common(views, self.eos), "close", rule)
