@@ -103,21 +103,31 @@ def generate_step(
         default_probe_first(backend) if probe_first is None else probe_first, trace,
     )
     prompt_len = backend.cache_len
-    token: int | None = sampler.sample(backend.last_logits, run.out)
+    # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
+    opening = session.start(max_tokens) if session is not None else None
+    if opening is not None:
+        token = yield from _assert_step(run, [], opening)
+    else:
+        token = sampler.sample(backend.last_logits, run.out)
     while token is not None:
-        # 1. emit the sampled id; an EOS id or the last allowed id ends here.
+        # 1. emit the sampled id; an EOS id ends here.
         run.out.append(token)
         yield TokenEvent(token, "sampled")
-        if token in backend.eos_ids or len(run.out) >= max_tokens:
+        if token in backend.eos_ids:
             return
-        # 2. ask the fill session what follows, within the remaining budget.
+        # 2. ask the fill session what follows, within the remaining budget
+        #    (pushed even at the budget's end, so decode_steps counts every sample).
         proposal = session.push(token, max_tokens - len(run.out)) if session else None
+        if len(run.out) >= max_tokens:
+            if proposal is not None:  # the clamp never lets one through at budget 0
+                session.commit(proposal, 0)  # type: ignore[union-attr]
+            return
         # 3. nothing known: a plain decode step.
         if proposal is None:
             token = sampler.sample(backend.append([token]), run.out)
         # 4. determined ids: forward them together with the sampled id.
         elif proposal.policy == "assert":
-            token = yield from _assert_step(run, token, proposal)
+            token = yield from _assert_step(run, [token], proposal)
         # 5. likely ids: forward, keep what the model agrees with, rewind the rest.
         else:
             token = yield from _verify_step(run, token, proposal)
@@ -159,17 +169,21 @@ def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
 
 
 def _assert_step(
-    run: _Run, token: int, proposal: Proposal
+    run: _Run, head: list[int], proposal: Proposal
 ) -> Generator[TokenEvent, None, int | None]:
+    """Forward `head` (the sampled id, or nothing at the start) and the span in one go."""
     span = list(proposal.ids)
     last = len(run.out) + len(span) >= run.max_tokens
     logits: torch.Tensor | None = None
     # A span that uses up the budget needs no forward: nothing reads its logits.
     if not last or run.trace is not None:
-        logits = _forward_chunks(run, [token, *span], all_rows=run.trace is not None)
+        prev = run.backend.last_logits
+        logits = _forward_chunks(run, [*head, *span], all_rows=run.trace is not None)
     if run.trace is not None and logits is not None:
-        _write_trace(run, proposal, logits[: len(span)], len(span))
-        logits = logits[-1]
+        # Row j must predict span position j: without a head that is the row before.
+        rows = logits if head else torch.cat([prev[None], logits])
+        _write_trace(run, proposal, rows[: len(span)], len(span))
+        logits = rows[-1]
     yield from _emit(run, proposal, span)
     if last or logits is None:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_backend
+from tiny_models import tiny_backend
 
 from ffwd.engine.hf import HFBackend
 

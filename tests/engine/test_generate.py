@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import CharTokenizer, repetitive_prompt, tiny_backend
+from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 from ffwd.config import FillConfig
 from ffwd.engine.generate import (
@@ -138,6 +138,20 @@ def test_assert_span_rides_in_one_forward() -> None:
     assert chunked.token_ids == ids
     extra = sum(-(-(1 + n) // 2) - 1 for n in chunked.stats.span_lens)
     assert chunked.forward_calls == res.forward_calls + extra
+
+
+def test_forced_opening_is_injected_before_the_first_sample() -> None:
+    prompt = repetitive_prompt(0)
+    span = (60, 61, 62, 63)
+    plan = FillPlan(rows=(FillRow(tuple(prompt[-2:]), span, "scaffold"),))
+    off = run(prompt=prompt, max_tokens=20)
+    res = run(prompt=prompt, plan=plan, fill=FillConfig(fill="strict", trace=True), max_tokens=20)
+    assert tuple(res.token_ids[:4]) == span and res.origins[:4] == ["template"] * 4
+    assert res.stats.decode_steps == 16 and len(res.token_ids) == 20
+    # The span follows the prefill in one forward: it saves all its ids but one.
+    assert res.forward_calls == off.forward_calls - (len(span) - 1) - (
+        sum(res.stats.span_lens) - len(span)
+    )
 
 
 @pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1"])

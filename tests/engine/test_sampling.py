@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 import torch
-from conftest import tiny_backend
+from tiny_models import tiny_backend
 
 import ffwd.engine.generate as gen
 from ffwd.engine.generate import generate_step

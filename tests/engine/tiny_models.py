@@ -1,11 +1,13 @@
-"""Tiny randomly initialised transformers models, built from a config, seeded, on CPU."""
+"""Tiny randomly initialised transformers models, built from a config, seeded, on CPU.
+
+(A plain module, not conftest.py: the integration tier has its own conftest.)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -64,11 +66,6 @@ class CharTokenizer:
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         return "".join(self.ALPHABET[i % len(self.ALPHABET)] for i in ids)
-
-
-@pytest.fixture
-def tokenizer() -> CharTokenizer:
-    return CharTokenizer()
 
 
 def repetitive_prompt(seed: int, vocab: int = 64, length: int = 48) -> list[int]:

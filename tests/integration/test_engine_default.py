@@ -34,9 +34,9 @@ def backend() -> Any:
 
 def test_greedy_echo_is_identical_to_off_in_float32(backend: Any, tokenizer: Any) -> None:
     ids = prompt_ids(tokenizer, QUOTE, raw=False)
-    off = generate(backend, tokenizer, ids, max_tokens=80)
+    off = generate(backend, tokenizer, ids, max_tokens=64)
     echo = generate(
-        backend, tokenizer, ids, max_tokens=80, plan=FillPlan(),
+        backend, tokenizer, ids, max_tokens=64, plan=FillPlan(),
         fill=FillConfig(fill="echo", trace=True),
     )
     assert echo.token_ids == off.token_ids and echo.text == off.text
