@@ -1,0 +1,260 @@
+"""From run records to numbers, verdicts, a Markdown report and a bar chart.
+
+Everything here is pure except `plot`: ``summarize(runs)`` aggregates the
+records ``{workload, item, system, repeat, tokens, seconds, forward_calls,
+injected, verify_accepted, verify_rejected, parsed}`` per workload row and
+system; ``speedups``, ``check_targets`` and ``default_fill`` read that summary;
+``render_markdown(results)`` formats the whole results dict that
+`ffwd.bench.cli` writes to ``results.json``.
+
+Throughput is output ids (injected ones included) per wall second over a
+repeat's items; a speedup is the ratio of two systems' median throughputs,
+which equals the wall-time ratio whenever both wrote the same output.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+BASELINE = "ffwd-off"
+PROSE_BUDGET = 0.03  # prose: ffwd-echo may be at most 3% slower than ffwd-off
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def summarize(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{workload: {system: metrics}}``; systems keep the order they first appear in."""
+    groups: dict[str, dict[str, dict[int, list[Mapping[str, Any]]]]] = {}
+    for r in runs:
+        by_repeat = groups.setdefault(r["workload"], {}).setdefault(r["system"], {})
+        by_repeat.setdefault(r["repeat"], []).append(r)
+    return {
+        workload: {system: _metrics(reps) for system, reps in systems.items()}
+        for workload, systems in groups.items()
+    }
+
+
+def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
+    seconds = [sum(r["seconds"] for r in rs) for rs in reps.values()]
+    tokens = [sum(r["tokens"] for r in rs) for rs in reps.values()]
+    rates = [t / s if s else 0.0 for t, s in zip(tokens, seconds, strict=True)]
+    every = [r for rs in reps.values() for r in rs]
+    n_tokens = sum(r["tokens"] for r in every)
+    calls = [r["forward_calls"] for r in every]
+    accepted = sum(r["verify_accepted"] for r in every)
+    verified = accepted + sum(r["verify_rejected"] for r in every)
+    parsed = [r["parsed"] for r in every if r.get("parsed") is not None]
+    return {
+        "items": len(next(iter(reps.values()))),
+        "repeats": len(reps),
+        "tokens": _median(tokens),
+        "seconds": _median(seconds),
+        "seconds_min": min(seconds),
+        "seconds_max": max(seconds),
+        "tokens_per_s": _median(rates),
+        "forwards_per_token": (
+            sum(calls) / n_tokens if n_tokens and None not in calls else None
+        ),
+        "injected_fraction": sum(r["injected"] for r in every) / n_tokens if n_tokens else 0.0,
+        "accepted_fraction": accepted / verified if verified else None,
+        "parse_rate": sum(parsed) / len(parsed) if parsed else None,
+    }
+
+
+def speedups(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """``{workload: {system: {peer: throughput ratio}}}`` for every pair."""
+    out: dict[str, Any] = {}
+    for workload, systems in summary.items():
+        rates = {name: m["tokens_per_s"] for name, m in systems.items()}
+        out[workload] = {
+            a: {b: (ra / rb if rb else None) for b, rb in rates.items() if b != a}
+            for a, ra in rates.items()
+        }
+    return out
+
+
+# --- targets ---------------------------------------------------------------------
+
+
+def _ratio(sp: Mapping[str, Any], workload: str, a: str, b: str) -> float | None:
+    value = sp.get(workload, {}).get(a, {}).get(b)
+    return None if value is None else float(value)
+
+
+def _target(name: str, value: float | None, goal: str, met: bool | None) -> dict[str, Any]:
+    return {"target": name, "value": value, "goal": goal, "met": met}
+
+
+def check_targets(
+    summary: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    sp: Mapping[str, Any],
+    bound: Mapping[str, float],
+) -> list[dict[str, Any]]:
+    """The issue's targets, each with the measured value and whether it is met (None: not run)."""
+    out = []
+    for peer, goal in ((BASELINE, 2.0), ("hf-prompt-lookup", 1.2)):
+        v = _ratio(sp, "echo", "ffwd-echo", peer)
+        out.append(_target(f"echo: ffwd-echo vs {peer}", v, f">= {goal}x",
+                           None if v is None else v >= goal))
+    v = _ratio(sp, "tools/required", "ffwd-strict", BASELINE)
+    out.append(_target("tools/required: ffwd-strict vs ffwd-off", v, ">= 1.5x",
+                       None if v is None else v >= 1.5))
+    strict = summary.get("tools/required", {}).get("ffwd-strict")
+    gap = None
+    if strict is not None and "required" in bound:
+        gap = bound["required"] - strict["injected_fraction"]
+    out.append(_target("tools/required: replay bound - injected fraction (ffwd-strict)", gap,
+                       "<= 0.10", None if gap is None else gap <= 0.10))
+    v = _ratio(sp, "prose", "ffwd-echo", BASELINE)
+    out.append(_target("prose: ffwd-echo vs ffwd-off", v, f">= {1 - PROSE_BUDGET:.2f}x",
+                       None if v is None else v >= 1 - PROSE_BUDGET))
+    for workload in summary:
+        v = _ratio(sp, workload, BASELINE, "hf-generate")
+        if v is not None:
+            out.append(_target(f"{workload}: ffwd-off vs hf-generate (tokens/s)", v, ">= 1.0x",
+                               v >= 1.0))
+    return out
+
+
+def default_fill(sp: Mapping[str, Any]) -> dict[str, Any]:
+    """The issue's rule: ``echo`` when prose costs at most 3% under echo, else ``strict``."""
+    v = _ratio(sp, "prose", "ffwd-echo", BASELINE)
+    if v is None:
+        return {"fill": None, "reason": "prose was not measured with ffwd-echo and ffwd-off"}
+    overhead = 1 / v - 1
+    fill = "echo" if overhead <= PROSE_BUDGET else "strict"
+    return {"fill": fill, "prose_overhead": overhead,
+            "reason": f"prose under ffwd-echo takes {overhead:+.1%} time vs ffwd-off "
+                      f"(budget {PROSE_BUDGET:.0%})"}
+
+
+# --- Markdown ----------------------------------------------------------------------
+
+
+def _num(v: float | None, fmt: str = "{:.2f}") -> str:
+    return "—" if v is None else fmt.format(v)
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{v:.0%}"
+
+
+def main_table(summary: Mapping[str, Any], sp: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "| workload | system | items | tokens | wall s (min–max) | tokens/s | fwd/token "
+        "| injected | accepted | parse | vs ffwd-off |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for workload, systems in summary.items():
+        for name, m in systems.items():
+            vs = sp[workload].get(name, {}).get(BASELINE) if name != BASELINE else 1.0
+            lines.append(
+                f"| {workload} | {name} | {m['items']} | {m['tokens']:.0f} | "
+                f"{m['seconds']:.2f} ({m['seconds_min']:.2f}–{m['seconds_max']:.2f}) | "
+                f"{m['tokens_per_s']:.1f} | {_num(m['forwards_per_token'])} | "
+                f"{_pct(m['injected_fraction'])} | {_pct(m['accepted_fraction'])} | "
+                f"{_pct(m['parse_rate'])} | {_num(vs, '{:.2f}x')} |"
+            )
+    return lines
+
+
+def speedup_tables(sp: Mapping[str, Any]) -> list[str]:
+    lines = []
+    for workload, rows in sp.items():
+        names = list(rows)
+        lines += ["", f"**{workload}** (row vs column, tokens/s ratio)", "",
+                  "| | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for a in names:
+            cells = ["" if a == b else _num(rows[a].get(b), "{:.2f}x") for b in names]
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def correctness_lines(c: Mapping[str, Any]) -> list[str]:
+    lines = ["| check | workload | identical | items |", "|---|---|---:|---:|"]
+    for key, label in (("echo_vs_off", "ffwd-echo == ffwd-off"),
+                       ("strict_vs_off", "ffwd-strict == ffwd-off"),
+                       ("off_vs_hf", "ffwd-off == hf-generate")):
+        for workload, (same, n) in c.get(key, {}).items():
+            lines.append(f"| {label} | {workload} | {_pct(same / n if n else None)} | {n} |")
+    diffs = c.get("off_vs_hf_differences", [])
+    if diffs:
+        lines += ["", "ffwd-off vs hf-generate, where they differ:", ""]
+        lines += [f"- `{d['item']}` ({d['workload']}): {d['explanation']}" for d in diffs]
+    return lines
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    env, settings = results["environment"], results["settings"]
+    summary, sp = results["summary"], results["speedups"]
+    lines = [
+        "# ffwd bench", "",
+        f"Command: `{settings['command']}`", "",
+        f"Model {env['model']} ({env['model_path']}), dtype {env['dtype']}, "
+        f"{env['threads']} threads on {env['cpu']} ({env['cpu_count']} cores), "
+        f"torch {env['torch']}, transformers {env['transformers']}, "
+        f"llama-cpp-python {env.get('llama_cpp') or '—'}, Python {env['python']}. "
+        f"Repeats: {settings['repeats']}, interleaved; load average "
+        f"{env['load_before']} before, {env['load_after']} after.", "",
+        "## Results", "",
+        "Median over repeats of each workload's total; tokens/s = output ids (injected ids "
+        "included) per wall second, prefill included; fwd/token = model forward calls per "
+        "output id; injected = share of output ids fast-forwarded; accepted = share of "
+        "verified (echo) ids the model agreed with; parse = outputs that parse as calls of "
+        "listed functions.", "",
+        *main_table(summary, sp),
+    ]
+    if results.get("skipped"):
+        lines += ["", "Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in results["skipped"].items())]
+    lines += ["", "## Speedups", *speedup_tables(sp)]
+    if results.get("bound"):
+        lines += ["", "## Replay bound (tools)", "",
+                  "| tool_choice | replay bound | ffwd-strict injected | ffwd-echo injected |",
+                  "|---|---:|---:|---:|"]
+        for choice, frac in results["bound"].items():
+            row = summary.get(f"tools/{choice}", {})
+            lines.append(
+                f"| {choice} | {frac:.0%} | "
+                f"{_pct(row.get('ffwd-strict', {}).get('injected_fraction'))} | "
+                f"{_pct(row.get('ffwd-echo', {}).get('injected_fraction'))} |"
+            )
+    lines += ["", "## Correctness (greedy)", "", *correctness_lines(results["correctness"])]
+    lines += ["", "## Targets", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
+    for t in results["targets"]:
+        met = {True: "yes", False: "**no**", None: "not run"}[t["met"]]
+        lines.append(f"| {t['target']} | {_num(t['value'])} | {t['goal']} | {met} |")
+    d = results["default_fill"]
+    lines += ["", f"Recommended default fill: **{d['fill']}** — {d['reason']}.", ""]
+    return "\n".join(lines)
+
+
+# --- plot -------------------------------------------------------------------------
+
+
+def plot(summary: Mapping[str, Any], sp: Mapping[str, Any], path: Path) -> None:
+    """A grouped bar chart: throughput vs ffwd-off per workload (bars) and system (colours)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(summary)
+    systems = [s for s in dict.fromkeys(n for w in workloads for n in summary[w]) if s != BASELINE]
+    width = 0.8 / max(1, len(systems))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(workloads)), 4.0))
+    for i, name in enumerate(systems):
+        xs = [w + (i - (len(systems) - 1) / 2) * width for w in range(len(workloads))]
+        ys = [sp[w].get(name, {}).get(BASELINE) or 0.0 for w in workloads]
+        ax.bar(xs, ys, width, label=name)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("speedup vs ffwd-off (tokens/s)")
+    ax.legend(fontsize="small", ncols=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

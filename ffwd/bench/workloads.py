@@ -1,0 +1,268 @@
+"""The prompts `ffwd bench` runs: tool calls, copy-heavy code edits, open prose.
+
+``select(workloads, limit, seed, bfcl, quick) -> list[Item]`` builds every
+item from data on this machine (nothing is fetched), the same for the same
+arguments and Python installation:
+
+* ``tools/required``, ``tools/auto``: the first `limit` entries of each BFCL
+  category, chat-templated with their tools. Each asks for one call
+  (``parallel_tool_calls=false``): a system stops once its output parses as a
+  complete call.
+* ``echo``: `limit` edits and `limit` re-quotes of functions picked with
+  `seed` from Python standard-library modules: an edit (rename a parameter, rewrite the docstring,
+  change a constant; the whole function comes back), a re-quote is an agent
+  turn that shows a function's source returned by a tool.
+* ``prose``: open-ended questions with nothing to copy (overhead).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import random
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+WORKLOADS = ("tools", "echo", "prose")
+TOOL_CHOICES = ("required", "auto")
+DEFAULT_BFCL = ("simple_python", "multiple")
+
+ECHO_MODULES = (
+    "textwrap", "string", "json.decoder", "json.encoder", "shlex", "fnmatch", "difflib",
+    "heapq", "bisect", "colorsys", "html", "base64", "calendar", "statistics",
+    "gettext", "glob", "tokenize", "ipaddress", "csv",
+)
+SYSTEM_PROMPT = "You are a careful coding assistant."
+
+PROSE_QUESTIONS = (
+    "Why do leaves change colour in autumn?",
+    "What makes a good night's sleep, and why does it matter?",
+    "Describe how a city could reduce traffic without building new roads.",
+    "Why is the sky blue during the day and red at sunset?",
+    "What would you pack for a week-long hiking trip, and why?",
+    "Explain to a child how airplanes stay in the air.",
+    "What are the pros and cons of working from home?",
+    "How do bees decide where to build a new hive?",
+    "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+    "What habits help people learn a new language faster?",
+    "Why do some bridges sway in strong wind?",
+    "Describe a perfect Sunday morning.",
+    "How did the invention of the printing press change Europe?",
+    "What should someone consider before adopting a dog?",
+    "Why do we have seasons on Earth?",
+    "Give advice to a student starting university.",
+)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One prompt of one workload row, with everything a system needs to run it."""
+
+    workload: str  # the report row: tools/required, tools/auto, echo, prose
+    id: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | None = None
+    single_call: bool = False  # stop once the output parses as a complete call
+    kind: str = ""  # what the item exercises (echo: edit/requote; tools: category)
+
+    @property
+    def key(self) -> str:
+        """Unique within a selection (a BFCL entry runs under both tool choices)."""
+        return f"{self.workload} {self.id}"
+
+
+# --- tools --------------------------------------------------------------------
+
+
+def tool_items(categories: tuple[str, ...], limit: int, max_tokens: int) -> list[Item]:
+    """Each category's first `limit` BFCL entries, once per tool choice."""
+    from ffwd.bench.bfcl import load_entries
+
+    out = []
+    for choice in TOOL_CHOICES:
+        for category in categories:
+            for e in load_entries(category, limit):
+                out.append(Item(
+                    f"tools/{choice}", e.id, e.messages, max_tokens, e.tools, choice,
+                    single_call=True, kind=category,
+                ))
+    return out
+
+
+# --- echo -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    module: str
+    name: str
+    source: str  # dedented
+    node: ast.FunctionDef
+
+
+def module_path(module: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+        raise FileNotFoundError(f"standard-library module {module!r} has no Python source here")
+    return Path(spec.origin)
+
+
+def functions(module: str, min_chars: int, max_chars: int) -> list[Function]:
+    """Top-level functions and class methods of `module` whose source length is in range."""
+    text = module_path(module).read_text(encoding="utf-8")
+    found: list[tuple[str, ast.FunctionDef]] = []
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef):
+            found.append((node.name, node))
+        elif isinstance(node, ast.ClassDef):
+            found += [(f"{node.name}.{m.name}", m) for m in node.body
+                      if isinstance(m, ast.FunctionDef)]
+    out = []
+    for name, node in found:
+        src = ast.get_source_segment(text, node, padded=True)
+        if src is None or not min_chars <= len(src) <= max_chars:
+            continue
+        src = textwrap.dedent(src)
+        # Re-parse the dedented source so edits refer to what the model sees.
+        tree = ast.parse(src).body[0]
+        assert isinstance(tree, ast.FunctionDef)
+        out.append(Function(module, name, src, tree))
+    return out
+
+
+def edit_instruction(fn: Function, rng: random.Random) -> str:
+    """A small change to ask for: rename a parameter, rewrite the docstring, change a constant."""
+    options = []
+    params = [a.arg for a in fn.node.args.args if a.arg not in ("self", "cls") and len(a.arg) > 1]
+    used = {n.id for n in ast.walk(fn.node) if isinstance(n, ast.Name)}
+    renamable = [p for p in params if p in used]
+    if renamable:
+        old = rng.choice(renamable)
+        options.append(f"Rename the parameter `{old}` to `{old}_value` everywhere in it.")
+    if ast.get_docstring(fn.node) is not None:
+        options.append("Replace its docstring with a one-line summary.")
+    else:
+        options.append("Add a one-line docstring that says what it returns.")
+    numbers = [
+        n.value for n in ast.walk(fn.node)
+        if isinstance(n, ast.Constant) and type(n.value) is int and n.value > 1
+    ]
+    if numbers:
+        value = rng.choice(numbers)
+        options.append(f"Change the constant {value} to {value * 2}.")
+    return rng.choice(options)
+
+
+def edit_item(fn: Function, rng: random.Random, max_tokens: int) -> Item:
+    instruction = edit_instruction(fn, rng)
+    user = (
+        f"Here is the function `{fn.name}` from Python's `{fn.module}` module:\n\n"
+        f"```python\n{fn.source}```\n\n{instruction} Reply with the complete updated "
+        "function in one ```python block and nothing else."
+    )
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    return Item("echo", f"edit:{fn.module}.{fn.name}", messages, max_tokens, kind="edit")
+
+
+READ_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "read_source",
+        "description": "Return the source code of a Python function.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "module": {"type": "string", "description": "dotted module name"},
+                "function": {"type": "string", "description": "function name"},
+            },
+            "required": ["module", "function"],
+        },
+    },
+}
+
+
+def requote_item(fn: Function, max_tokens: int) -> Item:
+    """An agent turn: the tool returned the source; the user asked to see it verbatim."""
+    args = {"module": fn.module, "function": fn.name}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": (
+            f"Show me the source of `{fn.module}.{fn.name}` exactly as it is, in one "
+            "```python block, then say in one sentence what it does."
+        )},
+        {"role": "assistant", "content": None, "tool_calls": [{
+            "id": "call_0", "type": "function",
+            "function": {"name": "read_source", "arguments": json.dumps(args)},
+        }]},
+        {"role": "tool", "tool_call_id": "call_0", "content": fn.source},
+    ]
+    return Item(
+        "echo", f"requote:{fn.module}.{fn.name}", messages, max_tokens,
+        [READ_TOOL], "auto", kind="requote",
+    )
+
+
+def echo_items(limit: int, seed: int, *, max_chars: int, cap: int) -> list[Item]:
+    """`limit` edits and `limit` re-quotes, alternating, on functions drawn with `seed`."""
+    rng = random.Random(seed)
+    pool = [f for m in ECHO_MODULES for f in functions(m, 200, max_chars)]
+    picked = rng.sample(pool, min(2 * limit, len(pool)))
+    out = []
+    for i, fn in enumerate(picked):
+        # About one token per 3.5 characters of code, plus room for a sentence.
+        budget = min(cap, len(fn.source) * 2 // 7 + 48)
+        out.append(edit_item(fn, rng, budget) if i % 2 == 0 else requote_item(fn, budget))
+    return out
+
+
+# --- prose ----------------------------------------------------------------------
+
+
+def prose_items(limit: int, seed: int, max_tokens: int) -> list[Item]:
+    rng = random.Random(seed)
+    questions = rng.sample(PROSE_QUESTIONS, min(limit, len(PROSE_QUESTIONS)))
+    return [
+        Item("prose", f"prose:{i}", [{"role": "user", "content": q}], max_tokens)
+        for i, q in enumerate(questions)
+    ]
+
+
+# --- selection ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """Output budgets; `--quick` uses smaller ones."""
+
+    tools: int
+    echo_chars: int  # longest function source taken for echo
+    echo_cap: int
+    prose: int
+
+
+FULL = Sizes(tools=128, echo_chars=1600, echo_cap=448, prose=128)
+QUICK = Sizes(tools=64, echo_chars=700, echo_cap=192, prose=64)
+
+
+def select(
+    workloads: tuple[str, ...],
+    limit: int,
+    seed: int = 0,
+    bfcl: tuple[str, ...] = DEFAULT_BFCL,
+    quick: bool = False,
+) -> list[Item]:
+    """All items of `workloads` (see the module docstring)."""
+    sizes = QUICK if quick else FULL
+    out: list[Item] = []
+    if "tools" in workloads:
+        out += tool_items(bfcl, limit, sizes.tools)
+    if "echo" in workloads:
+        out += echo_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap)
+    if "prose" in workloads:
+        out += prose_items(limit, seed, sizes.prose)
+    return out
