@@ -24,7 +24,7 @@ from typing import Any
 
 from ffwd.fill import FILL_KINDS, FillPlan, FillRow, FillSession, Proposal
 from ffwd.templates.render import render_chat, resolve_template
-from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from ffwd.templates.rows import CompiledTools, compile_plan, compile_tools, default_eos_ids
 
 TOOL_CHOICES = ("auto", "required")
 
@@ -208,6 +208,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--tool-choice", choices=TOOL_CHOICES, default="auto")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--compile-tools",
+        type=int,
+        metavar="N",
+        help="time compiling the category's first N distinct tools instead of replaying",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -217,19 +223,52 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.tokenizer)
     entries = load_entries(args.bfcl, args.limit)
     _, fmt = resolve_template(tokenizer, args.format)
-    result = replay(entries, tokenizer, fmt, args.tool_choice)
-    out = {
+    head = {
         "category": args.bfcl,
         "format": fmt,
         "tokenizer": args.tokenizer,
         "tool_choice": args.tool_choice,
-        **result.as_dict(),
     }
-    if args.json:
-        print(json.dumps(out))
-    else:
-        print(_table(out))
+    if args.compile_tools:
+        out = {
+            **head,
+            **compile_time(entries, tokenizer, fmt, args.tool_choice, args.compile_tools),
+        }
+        print(json.dumps(out) if args.json else "\n".join(f"{k:<18} {v}" for k, v in out.items()))
+        return 0
+    out = {**head, **replay(entries, tokenizer, fmt, args.tool_choice).as_dict()}
+    print(json.dumps(out) if args.json else _table(out))
     return 0
+
+
+def compile_time(
+    entries: Sequence[Any], tokenizer: Any, fmt: str, tool_choice: str, n: int, repeat: int = 10
+) -> dict[str, Any]:
+    """Wall and CPU milliseconds to compile the entries' first `n` distinct tools."""
+    tools: dict[str, Any] = {}
+    for entry in entries:
+        for tool in entry.tools:
+            tools.setdefault(tool["function"]["name"], tool)
+    chosen = list(tools.values())[:n]
+    if len(chosen) < n:
+        raise ValueError(f"--compile-tools {n}: these entries have only {len(chosen)} tools")
+    template, _ = resolve_template(tokenizer, fmt)
+    eos = default_eos_ids(tokenizer)
+    wall, cpu, rows = [], [], 0
+    for _ in range(repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        rows = len(compile_plan(tokenizer, template, chosen, tool_choice, eos, fmt).rows)
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    wall.sort()
+    return {
+        "tools": n,
+        "rows": rows,
+        "repeat": repeat,
+        "wall_ms_min": round(wall[0], 1),
+        "wall_ms_median": round(wall[repeat // 2], 1),
+        "cpu_ms_min": round(min(cpu), 1),
+    }
 
 
 def _table(out: dict[str, Any]) -> str:

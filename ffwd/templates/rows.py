@@ -14,14 +14,19 @@ fmt=None, echo=None) -> CompiledTools``
 
 How rows are found
 ------------------
-Each called tool is rendered as the assistant turn of a one-message
-conversation several times (its keys rotated, values of its schema's type
-drawn from a few sentinels per type), each rendering is tokenized as a
-whole, and only runs that are identical across the renderings become rows:
-a token that merges with a name or a value differs between renderings and so
-never enters a row. The format's ``locate`` finds the character spans of the
-marker, name, keys and values in each rendering; token offsets map them to
-token positions. Rows:
+Every called tool is rendered several times as an assistant turn: its keys
+rotated so that each comes first once, its values drawn from sentinels of the
+schema's type so that each key meets every one of them. The turns sit one per
+assistant message in a few conversations, each rendered by the template and
+tokenized as a whole. The format's ``locate`` finds the characters of the
+marker, name, keys and values; token offsets map them to token positions.
+
+A row is a run of ids that every rendering of the same position shares: a
+token that merges with a name or a value differs between renderings and so
+never enters a row. A run stops exactly where renderings part ways, which is
+where the next token stops being determined, so a row carries everything its
+trigger determines. (The last token of a turn that another turn follows may
+merge with that turn; there only turns that really end a rendering count.)
 
 * scaffold: the marker's tokens -> what follows up to where tools differ
   (with one tool: the name and the markup up to the first argument);
@@ -35,6 +40,9 @@ token positions. Rows:
 * close: the token that closes the arguments -> the markup up to where a
   further call and the end of the turn differ (XML: also after each value).
 * turn-end: the token that starts the end of the turn -> the rest before EOS.
+
+``tool_choice="none"`` compiles no tool rows; a named function compiles only
+its own rows (plus the forced scaffold, which then includes its name).
 
 Each row (but the forced scaffold) is gated by the format's parser state
 (`ffwd.templates.formats.base` rules), so a row fires only at the position
@@ -109,6 +117,7 @@ def compile_plan(
     fmt: str | None = None,
     echo: EchoConfig | None = None,
 ) -> FillPlan:
+    """`compile_tools(...).plan`: the rows, echo settings, delimiters and EOS ids."""
     return compile_tools(tokenizer, template, tools, tool_choice, eos_ids, fmt, echo).plan
 
 
@@ -229,13 +238,14 @@ class _Text:
     """One whole rendering and its ids with their character offsets."""
 
     text: str
-    ids: list[int]
-    starts: list[int]
-    ends: list[int]
+    ids: Sequence[int]
+    starts: Sequence[int]
+    ends: Sequence[int]
 
     def tok(self, char: int) -> int:
         """Index of the token that contains character `char`."""
-        return max(0, bisect.bisect_right(self.starts, char) - 1)
+        i = bisect.bisect_right(self.starts, char) - 1
+        return i if i > 0 else 0
 
 
 # Ids of a rendering from an index on, up to (not into) the token that reaches a
@@ -328,9 +338,8 @@ class _Builder:
         for text, enc in zip(
             texts, self.backend.encode_batch(texts, add_special_tokens=False), strict=True
         ):
-            out.append(
-                _Text(text, enc.ids, [s for s, _ in enc.offsets], [e for _, e in enc.offsets])
-            )
+            starts, ends = zip(*enc.offsets, strict=True) if enc.offsets else ((), ())
+            out.append(_Text(text, enc.ids, starts, ends))
         return out
 
     def _locate(
@@ -667,7 +676,7 @@ class _Builder:
 
 def _body(c: _Call) -> list[int]:
     """The ids of a call's turn up to the one that closes its arguments."""
-    return c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.close) + 1]
+    return list(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.close) + 1])
 
 
 def _assistant(

@@ -22,12 +22,10 @@ from typing import Any
 from ffwd.templates.formats.base import (
     ArgLayout,
     CallLayout,
-    ContentDelta,
-    Delta,
+    MarkerParser,
     ParseState,
     ToolCall,
     ToolCallDelta,
-    held_suffix,
 )
 
 _SCALAR = set("0123456789+-.eEtruefalsn")
@@ -53,23 +51,17 @@ class _Frame:
         self.key = ""
 
 
-class JsonCallParser:
+class JsonCallParser(MarkerParser):
     """Incremental parser for one message of a JSON tool-call format."""
 
     def __init__(self, framing: JsonFraming) -> None:
         self.f = framing
-        self.calls: list[ToolCall] = []
-        self._out: list[Delta] = []
-        self._mode = "content"  # content | open | list | object | after
-        self._held = ""  # content that may start the marker
-        self._ws = ""  # whitespace after a call, dropped if markup follows
-        self._after_call = False
-        self._at_start = True
+        self.open_marker = framing.open
         self._tag = ""  # partial closing tag (hermes)
-        self._reset_call()
+        super().__init__()
 
     def _reset_call(self) -> None:
-        self._raw: list[str] = []
+        super()._reset_call()
         self._stack: list[_Frame] = []
         self._in_str = False
         self._esc = False
@@ -85,32 +77,6 @@ class JsonCallParser:
         self._used: list[str] = []
         self._frag: list[str] = []
         self._named = False  # name delta sent
-
-    # --- public -------------------------------------------------------------
-    def feed(self, text: str) -> list[Delta]:
-        self._out = []
-        rest: str | None = text
-        while rest:
-            rest = self._content(rest) if self._mode == "content" else self._markup(rest)
-        self._flush_args()
-        return self._out
-
-    def finish(self) -> list[Delta]:
-        self._out = []
-        if self._mode == "after":
-            self._mode = "content"  # the object is complete: a missing close tag is forgiven
-            if self._tag:
-                self._emit(self._tag)
-        elif self._mode != "content":
-            self._fail("")
-        if self._held:
-            self._emit(self._held)
-        self._held = ""
-        return self._out
-
-    @property
-    def held_back(self) -> str:
-        return self._held if self._mode == "content" else ""
 
     @property
     def state(self) -> ParseState:
@@ -130,57 +96,34 @@ class JsonCallParser:
         name = None if self._args_seen else self._name
         return ParseState(where, self._tool, name, self._key, tuple(self._used))
 
-    # --- content --------------------------------------------------------------
     def _content(self, text: str) -> str | None:
+        if self.f.open:
+            return super()._content(text)
+        # A call can only be the whole message: it starts with "{".
         s = self._held + text
         self._held = ""
-        if not self.f.open:  # a call can only be the whole message
-            if self._at_start:
-                body = s.lstrip()
-                if not body:
-                    self._held = s
-                    return None
-                self._at_start = False
-                if body[0] == "{":
-                    self._begin(s[: len(s) - len(body)], "list")
-                    return body
-            self._emit(s)
-            return None
-        i = s.find(self.f.open)
-        if i < 0:
-            keep = held_suffix(s, self.f.open)
-            self._emit(s[: len(s) - keep])
-            self._held = s[len(s) - keep :]
-            return None
-        self._emit(s[:i])
-        self._begin(self.f.open, "open")
-        return s[i + len(self.f.open) :]
-
-    def _emit(self, text: str) -> None:
-        if not text:
-            return
-        if self._after_call:
-            if not text.strip():
-                self._ws += text
-                return
-            text, self._ws, self._after_call = self._ws + text, "", False
-        if text.strip():
+        if self._at_start:
+            body = s.lstrip()
+            if not body:
+                self._held = s
+                return None
             self._at_start = False
-        self._out.append(ContentDelta(text))
+            if body[0] == "{":
+                self._begin(s[: len(s) - len(body)], "list")
+                return body
+        self._emit(s)
+        return None
 
-    def _begin(self, raw: str, mode: str) -> None:
-        self._ws, self._after_call, self._at_start = "", False, False
-        self._reset_call()
-        self._raw.append(raw)
-        self._mode = mode
+    def _finish_markup(self) -> None:
+        if self._mode != "after":
+            self._fail()
+            return
+        tag = self._tag  # the object is complete: a missing closing tag is forgiven
+        self._close_wrapper()
+        self._emit(tag)
 
-    def _fail(self, c: str) -> None:
-        """Markup that does not parse: hand its raw text back as content."""
-        raw = "".join(self._raw) + c
-        self._reset_call()
-        self._mode = "content"
-        self._after_call = False
-        self._emit(raw)
+    def _flush(self) -> None:
+        self._flush_args()
 
     # --- markup -------------------------------------------------------------------
     def _markup(self, text: str) -> str | None:
@@ -242,10 +185,8 @@ class JsonCallParser:
         return c
 
     def _close_wrapper(self) -> None:
-        self._reset_call()
+        super()._close_wrapper()
         self._tag = ""
-        self._mode = "content"
-        self._after_call = True
 
     # --- the call object, one character at a time -------------------------------
     def _object_char(self, c: str) -> None:
@@ -268,13 +209,13 @@ class JsonCallParser:
                 elif c == "}" and top.expect == "first":
                     self._close_container()
                 else:
-                    self._fail("")
+                    self._fail()
             elif top.expect == "colon":
                 if c == ":":
                     top.expect = "value"
                     self._value_follows()
                 else:
-                    self._fail("")
+                    self._fail()
             elif top.expect == "value":
                 self._start_value(c)
             elif c == ",":
@@ -282,7 +223,7 @@ class JsonCallParser:
             elif c == "}":
                 self._close_container()
             else:
-                self._fail("")
+                self._fail()
         elif top.expect in ("first", "value"):
             if c == "]" and top.expect == "first":
                 self._close_container()
@@ -293,7 +234,7 @@ class JsonCallParser:
         elif c == "]":
             self._close_container()
         else:
-            self._fail("")
+            self._fail()
 
     def _open_string(self, role: str) -> None:
         self._in_str, self._esc, self._role = True, False, role
@@ -348,14 +289,14 @@ class JsonCallParser:
         top_key = top.key if len(self._stack) == 1 else None
         if top_key == "name":
             if c != '"' or self._name is not None:
-                self._fail("")
+                self._fail()
                 return
             self._open_string("name")
             self._name = ""
             return
         if top_key in self.f.args_keys:
             if c not in '{"' or self._args_seen:
-                self._fail("")
+                self._fail()
                 return
             self._args_open = self._args_seen = True
             self._args_string = c == '"'
@@ -367,7 +308,7 @@ class JsonCallParser:
         elif c in _SCALAR:
             self._scalar = True
         else:
-            self._fail("")
+            self._fail()
 
     def _close_container(self) -> None:
         self._stack.pop()
@@ -388,7 +329,7 @@ class JsonCallParser:
         try:
             json.loads(f'"{self._tool}"')
         except json.JSONDecodeError:
-            self._fail("")
+            self._fail()
             return
         self._named = True
         self._out.append(ToolCallDelta(len(self.calls), name=json.loads(f'"{self._tool}"')))
@@ -414,7 +355,7 @@ class JsonCallParser:
             except json.JSONDecodeError:
                 args = None
         if not isinstance(name, str) or not isinstance(args, dict):
-            self._fail("")
+            self._fail()
             return
         text = (
             json.dumps(args, ensure_ascii=False) if self._args_string or args_key is None else None

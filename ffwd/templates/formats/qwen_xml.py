@@ -24,8 +24,7 @@ from typing import Any
 from ffwd.templates.formats.base import (
     ArgLayout,
     CallLayout,
-    ContentDelta,
-    Delta,
+    MarkerParser,
     ParseState,
     ToolCall,
     ToolCallDelta,
@@ -61,21 +60,17 @@ def convert_value(text: str, schema: Mapping[str, Any] | None) -> Any:
         return text
 
 
-class QwenXmlParser:
+class QwenXmlParser(MarkerParser):
     """Incremental parser for one message of XML tool calls."""
 
+    open_marker = OPEN
+
     def __init__(self, tools: Sequence[Mapping[str, Any]] | None = None) -> None:
-        self.calls: list[ToolCall] = []
         self._schemas = _property_schemas(tools)
-        self._out: list[Delta] = []
-        self._mode = "content"  # content | open | fname | body | pkey | value | fend
-        self._held = ""
-        self._ws = ""
-        self._after_call = False
-        self._reset_call()
+        super().__init__()
 
     def _reset_call(self) -> None:
-        self._raw: list[str] = []
+        super()._reset_call()
         self._tag = ""
         self._buf: list[str] = []
         self._name: str | None = None
@@ -83,28 +78,6 @@ class QwenXmlParser:
         self._key: str | None = None
         self._used: list[str] = []
         self._args: list[str] = []  # argument fragments sent so far
-
-    # --- public -------------------------------------------------------------
-    def feed(self, text: str) -> list[Delta]:
-        self._out = []
-        rest: str | None = text
-        while rest:
-            rest = self._content(rest) if self._mode == "content" else self._markup(rest)
-        return self._out
-
-    def finish(self) -> list[Delta]:
-        self._out = []
-        if self._mode == "fend":
-            self._close_wrapper()
-        elif self._mode != "content":
-            self._fail()
-        self._emit(self._held)
-        self._held = ""
-        return self._out
-
-    @property
-    def held_back(self) -> str:
-        return self._held if self._mode == "content" else ""
 
     @property
     def state(self) -> ParseState:
@@ -119,42 +92,11 @@ class QwenXmlParser:
             name = None
         return ParseState(where, self._tool, name, self._key, tuple(self._used))
 
-    # --- content ------------------------------------------------------------
-    def _content(self, text: str) -> str | None:
-        s = self._held + text
-        i = s.find(OPEN)
-        if i < 0:
-            keep = held_suffix(s, OPEN)
-            self._emit(s[: len(s) - keep])
-            self._held = s[len(s) - keep :]
-            return None
-        self._emit(s[:i])
-        self._held, self._ws, self._after_call = "", "", False
-        self._reset_call()
-        self._raw.append(OPEN)
-        self._mode = "open"
-        return s[i + len(OPEN) :]
-
-    def _emit(self, text: str) -> None:
-        if not text:
-            return
-        if self._after_call:
-            if not text.strip():
-                self._ws += text
-                return
-            text, self._ws, self._after_call = self._ws + text, "", False
-        self._out.append(ContentDelta(text))
-
-    def _fail(self) -> None:
-        raw = "".join(self._raw)
-        self._reset_call()
-        self._mode = "content"
-        self._emit(raw)
-
-    def _close_wrapper(self) -> None:
-        self._reset_call()
-        self._mode = "content"
-        self._after_call = True
+    def _finish_markup(self) -> None:
+        if self._mode == "fend":  # the function is complete: a missing closing tag is forgiven
+            self._close_wrapper()
+        else:
+            self._fail()
 
     # --- markup ---------------------------------------------------------------
     def _markup(self, text: str) -> str | None:
