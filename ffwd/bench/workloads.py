@@ -23,6 +23,7 @@ import json
 import random
 import textwrap
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +113,8 @@ def module_path(module: str) -> Path:
     return Path(spec.origin)
 
 
-def functions(module: str, min_chars: int, max_chars: int) -> list[Function]:
+@cache
+def functions(module: str, min_chars: int, max_chars: int) -> tuple[Function, ...]:
     """Top-level functions and class methods of `module` whose source length is in range."""
     text = module_path(module).read_text(encoding="utf-8")
     found: list[tuple[str, ast.FunctionDef]] = []
@@ -132,7 +134,7 @@ def functions(module: str, min_chars: int, max_chars: int) -> list[Function]:
         tree = ast.parse(src).body[0]
         assert isinstance(tree, ast.FunctionDef)
         out.append(Function(module, name, src, tree))
-    return out
+    return tuple(out)
 
 
 def edit_instruction(fn: Function, rng: random.Random) -> str:

@@ -1,0 +1,101 @@
+"""`ffwd bench` reporting from a fake results dict: summary, speedups, targets, Markdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ffwd.bench import report
+
+
+def run(workload: str, system: str, repeat: int, tokens: int, seconds: float,
+        **extra: Any) -> dict[str, Any]:
+    row = {"workload": workload, "item": "a", "system": system, "repeat": repeat,
+           "tokens": tokens, "seconds": seconds, "forward_calls": tokens, "injected": 0,
+           "verify_accepted": 0, "verify_rejected": 0, "parsed": None}
+    return {**row, **extra}
+
+
+RUNS = [
+    # echo: ffwd-echo writes the same 100 ids in a quarter of the time.
+    *(run("echo", "ffwd-off", r, 100, s) for r, s in enumerate((10.0, 11.0, 9.0))),
+    *(run("echo", "ffwd-echo", r, 100, s, forward_calls=30, injected=70, verify_accepted=70,
+          verify_rejected=30) for r, s in enumerate((2.5, 2.6, 2.4))),
+    *(run("echo", "hf-prompt-lookup", r, 100, 4.0) for r in range(3)),
+    *(run("echo", "hf-generate", r, 100, 10.5) for r in range(3)),
+    run("tools/required", "ffwd-off", 0, 40, 4.0, parsed=False),
+    run("tools/required", "ffwd-strict", 0, 40, 2.0, injected=24, forward_calls=16, parsed=True),
+    run("prose", "ffwd-off", 0, 100, 10.0),
+    run("prose", "ffwd-echo", 0, 100, 10.2),
+]
+
+
+def test_summary_takes_medians_over_repeats() -> None:
+    s = report.summarize(RUNS)
+    off = s["echo"]["ffwd-off"]
+    assert (off["seconds"], off["seconds_min"], off["seconds_max"]) == (10.0, 9.0, 11.0)
+    assert off["tokens_per_s"] == pytest.approx(10.0)
+    assert off["repeats"] == 3 and off["items"] == 1
+    echo = s["echo"]["ffwd-echo"]
+    assert echo["injected_fraction"] == pytest.approx(0.7)
+    assert echo["accepted_fraction"] == pytest.approx(0.7)
+    assert echo["forwards_per_token"] == pytest.approx(0.3)
+    assert s["tools/required"]["ffwd-strict"]["parse_rate"] == 1.0
+    assert s["prose"]["ffwd-off"]["parse_rate"] is None
+
+
+def test_speedups_are_throughput_ratios_for_every_pair() -> None:
+    sp = report.speedups(report.summarize(RUNS))
+    assert sp["echo"]["ffwd-echo"]["ffwd-off"] == pytest.approx(4.0)
+    assert sp["echo"]["ffwd-off"]["ffwd-echo"] == pytest.approx(0.25)
+    assert sp["echo"]["ffwd-echo"]["hf-prompt-lookup"] == pytest.approx(1.6)
+    assert "ffwd-echo" not in sp["echo"]["ffwd-echo"]
+
+
+def test_targets_and_default() -> None:
+    summary = report.summarize(RUNS)
+    sp = report.speedups(summary)
+    targets = {t["target"]: t for t in report.check_targets(summary, sp, {"required": 0.7})}
+    assert targets["echo: ffwd-echo vs ffwd-off"]["met"] is True
+    assert targets["echo: ffwd-echo vs hf-prompt-lookup"]["met"] is True
+    assert targets["tools/required: ffwd-strict vs ffwd-off"]["met"] is True
+    gap = targets["tools/required: replay bound - injected fraction (ffwd-strict)"]
+    assert gap["value"] == pytest.approx(0.1) and gap["met"] is True
+    assert targets["prose: ffwd-echo vs ffwd-off"]["met"] is True  # 2% slower
+    assert targets["echo: ffwd-off vs hf-generate (tokens/s)"]["met"] is True
+    assert report.default_fill(sp)["fill"] == "echo"
+    slow = [*RUNS[:-1], run("prose", "ffwd-echo", 0, 100, 10.5)]
+    assert report.default_fill(report.speedups(report.summarize(slow)))["fill"] == "strict"
+
+
+def test_missing_systems_are_not_run_rather_than_failed() -> None:
+    summary = report.summarize([run("prose", "ffwd-off", 0, 10, 1.0)])
+    sp = report.speedups(summary)
+    assert all(t["met"] is None for t in report.check_targets(summary, sp, {}))
+    assert report.default_fill(sp)["fill"] is None
+
+
+def test_markdown_has_every_section() -> None:
+    summary = report.summarize(RUNS)
+    sp = report.speedups(summary)
+    results = {
+        "environment": {"model": "m", "model_path": "/m.gguf", "dtype": "float32", "threads": 2,
+                        "cpu": "cpu", "cpu_count": 2, "torch": "t", "transformers": "x",
+                        "python": "3.11", "load_before": [0.1], "load_after": [0.2]},
+        "settings": {"command": "ffwd bench --quick", "repeats": 3},
+        "skipped": {"llamacpp": "llama-cpp-python is not installed"},
+        "summary": summary, "speedups": sp, "bound": {"required": 0.7},
+        "correctness": {"echo_vs_off": {"echo": (1, 1)}, "off_vs_hf": {"echo": (0, 1)},
+                        "off_vs_hf_differences": [{"item": "a", "workload": "echo",
+                                                   "explanation": "first differs at 3"}]},
+        "targets": report.check_targets(summary, sp, {"required": 0.7}),
+        "default_fill": report.default_fill(sp),
+    }
+    md = report.render_markdown(results)
+    for needle in ("| echo | ffwd-echo | 1 | 100 | 2.50 (2.40–2.60) | 40.0 | 0.30 | 70% | 70% "
+                   "| — | 4.00x |", "## Speedups", "## Replay bound (tools)",
+                   "| required | 70% | 60% |",
+                   "`llamacpp`: llama-cpp-python is not installed", "first differs at 3",
+                   "Recommended default fill: **echo**", "ffwd bench --quick"):
+        assert needle in md
