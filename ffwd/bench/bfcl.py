@@ -8,8 +8,9 @@ Public API
     Entries of a single-turn category (``simple_python``, ``multiple``,
     ``parallel``, ``live_simple``, ...; see `CATEGORIES`), each with the
     question's messages, its tools in OpenAI form, and its ground-truth
-    calls: the first allowed value of every argument, with optional
-    arguments whose first allowed value is empty ("") left out.
+    calls: the first allowed value of every argument, where "" (BFCL's "may
+    be left out") leaves an optional argument out and is skipped for a
+    required one.
 ``BfclEntry.call``: the first ground-truth call.
 """
 
@@ -139,28 +140,21 @@ def _schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-_OMIT = object()
-
-
 def _first_values(args: Mapping[str, Any], required: set[str]) -> dict[str, Any]:
-    """First allowed value of each argument; optional ones allowed to be empty are left out.
+    """First allowed value of each argument. BFCL allows "" where an argument may
+    be left out: an optional one is then left out, a required one (the schema
+    insists) takes its first other value.
 
-    >>> _first_values({"a": [1, 2], "b": ["", 0], "c": [{"d": ["x"]}]}, {"a"})
-    {'a': 1, 'c': {'d': 'x'}}
+    >>> _first_values({"a": ["", 2], "b": ["", 0], "c": [{"d": ["x"]}]}, {"a"})
+    {'a': 2, 'c': {'d': 'x'}}
     """
     out = {}
     for key, allowed in args.items():
-        value = _first(allowed)
-        if value is _OMIT or (value == "" and key not in required):
+        values = allowed if isinstance(allowed, list) else []
+        if key in required:
+            values = [v for v in values if v != ""] or values
+        if not values or values[0] == "":
             continue
-        out[key] = value
+        first = values[0]
+        out[key] = _first_values(first, set()) if isinstance(first, dict) else first
     return out
-
-
-def _first(allowed: Any) -> Any:
-    if not isinstance(allowed, list) or not allowed:
-        return _OMIT
-    value = allowed[0]
-    if isinstance(value, dict):
-        return _first_values(value, set())
-    return value

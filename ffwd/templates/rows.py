@@ -421,16 +421,19 @@ class _Builder:
         jobs = [
             (tool["function"]["name"], args) for round_ in _rounds(tools) for tool, args in round_
         ]
-        head_call = call(head_r, name0, head, a0)
         opening = head_r.text[head.open[0] : head.close + 1]
-        try:
-            out = self._turn_calls(jobs, call0, first, TURNS, opening, pre, call)
-        except ValueError:  # the template renders longer conversations differently
-            out = self._turn_calls(jobs, call0, first, 1, opening, pre, call)
-        if _body(head_call) != _body(out[0]):
-            raise ValueError(
-                "the chat template renders the same call differently in two renderings"
-            )
+        head_call = call(head_r, name0, head, a0)
+        # Turns back to back, then with user turns between, then one per rendering:
+        # the first layout that renders the lone call's ids faithfully.
+        for turns, users in ((TURNS, False), (TURNS, True), (1, True)):
+            try:
+                out = self._turn_calls(jobs, call0, first, turns, users, opening, pre, call)
+            except ValueError:
+                continue
+            if _body(head_call) == _body(out[0]):
+                break
+        else:
+            raise ValueError("the chat template renders calls differently in longer conversations")
         prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return [head_call, *out], extras, prompt_ids
 
@@ -440,20 +443,22 @@ class _Builder:
         head: tuple[str, dict[str, Any]],
         tool: Mapping[str, Any],
         turns: int,
+        users: bool,
         opening: str,
         pre: str,
         call: Any,
     ) -> list[_Call]:
-        """Render the jobs `turns` per conversation, one call per assistant turn.
-        Each conversation opens with the lone rendering's call, which marks where
-        the turns begin (the system prompt may quote the markers too)."""
+        """Render the jobs `turns` per conversation, one call per assistant turn
+        (with a user turn before each when `users`). Each conversation opens with
+        the lone rendering's call, which marks where the turns begin (the system
+        prompt may quote the markers too)."""
         out: list[_Call] = []
         chunks = _chunks(jobs, turns)
         conversations = []
         for chunk in chunks:
             messages: list[dict[str, Any]] = [USER, _assistant([head])]
             for job in chunk:
-                messages += [USER, _assistant([job])]
+                messages += [USER, _assistant([job])] if users else [_assistant([job])]
             conversations.append(messages)
         for chunk, r in zip(chunks, self._render(conversations, tool), strict=True):
             pos = r.text.find(opening)
@@ -675,8 +680,8 @@ class _Builder:
 
 
 def _body(c: _Call) -> list[int]:
-    """The ids of a call's turn up to the one that closes its arguments."""
-    return list(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.close) + 1])
+    """The ids of a call from its name to the one that closes its arguments."""
+    return list(c.r.ids[c.r.tok(c.lay.name[0]) : c.r.tok(c.lay.close) + 1])
 
 
 def _assistant(

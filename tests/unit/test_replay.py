@@ -84,3 +84,9 @@ def test_a_wrong_row_counts_as_a_mismatch_and_injects_nothing() -> None:
     assert (result.tokens, result.injected, result.mismatches) == (6, 2, 1)
     assert result.by_kind["key"] == 2 and result.by_kind["close"] == 0
     assert result.examples == [{"at": 4, "proposed": [9, 9], "truth": [9, 1]}]
+
+
+def test_a_required_argument_skips_the_empty_allowed_value() -> None:
+    # {"fuel_efficiency": ["", 25.0]}, and the schema requires fuel_efficiency.
+    entry = load_entries("simple_python", limit=201)[200]
+    assert entry.call.arguments["fuel_efficiency"] == 25.0

@@ -7,6 +7,8 @@ propose exactly the ids that follow, for all four formats on both tokenizers.
 
 from __future__ import annotations
 
+import doctest
+import importlib
 from typing import Any
 
 import pytest
@@ -283,3 +285,20 @@ def test_a_fast_tokenizer_is_required() -> None:
 
     with pytest.raises(ValueError, match="fast tokenizer"):
         compile_tools(Slow(), setup("default", "hermes")[1], TOOLS)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "ffwd.templates.rows",
+        "ffwd.templates.render",
+        "ffwd.templates.formats",
+        "ffwd.templates.formats.base",
+        "ffwd.templates.formats.jsoncall",
+        "ffwd.templates.formats.qwen_xml",
+        "ffwd.bench.bfcl",
+    ],
+)
+def test_docstring_examples_hold(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
