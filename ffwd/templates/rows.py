@@ -338,8 +338,8 @@ class _Builder:
         for text, enc in zip(
             texts, self.backend.encode_batch(texts, add_special_tokens=False), strict=True
         ):
-            starts, ends = zip(*enc.offsets, strict=True) if enc.offsets else ((), ())
-            out.append(_Text(text, enc.ids, starts, ends))
+            offsets = enc.offsets
+            out.append(_Text(text, enc.ids, [s for s, _ in offsets], [e for _, e in offsets]))
         return out
 
     def _locate(
@@ -563,7 +563,7 @@ class _Builder:
             c = by_tool[name][0]
             ns, ne = c.lay.name
             start = c.r.tok(ns)
-            for j in range(max(1, unique), len(run) - b):
+            for j in range(max(1, unique), len(run) - b - 1):  # an emit needs 2 ids
                 text = c.r.text[ns : max(ns, min(ne, c.r.ends[start + b + j - 1]))]
                 trigger = [*anchor, *run[: b + j]][b : len(anchor) + b + j]
                 self._add(trigger, run[b + j :], "name", NameSoFar(text))
@@ -586,7 +586,7 @@ class _Builder:
             start = c.r.tok(ks)
             width = c.r.tok(ke - 1) - start + 1
             anchors = sorted({o.r.ids[o.r.tok(a.key_span[0]) - 1] for o, a in occurrences[key]})
-            for j in range(1, width + 1):
+            for j in range(1, min(width, len(run) - 2) + 1):  # an emit needs 2 ids
                 rivals = frozenset(
                     raw[k]
                     for k in occurrences
@@ -597,14 +597,17 @@ class _Builder:
                 for anchor in anchors:
                     self._add([anchor, *run[:j]], run[j:], "key", rule)
             others = frozenset(raw[k] for k in occurrences if k != key)
+            seen = set()
             for o, a in occurrences[key]:
                 if a.lead < 0:
                     continue
                 lead, point = self._point(o, a.lead)
                 first = o.r.tok(a.key_span[0])
-                if lead < first:
+                between = tuple(o.r.ids[lead + 1 : first])
+                if lead < first and (point, between) not in seen:
+                    seen.add((point, between))
                     rule2 = OnlyKeyLeft(self._wheres[point], tool, raw[key], others)
-                    self._add([point[0]], [*o.r.ids[lead + 1 : first], *run], "key", rule2)
+                    self._add([point[0]], [*between, *run], "key", rule2)
 
     def _key_run(self, occurrences: list[tuple[_Call, ArgLayout]]) -> list[int] | None:
         """The ids every rendering of a key shares, from its first token on, or
