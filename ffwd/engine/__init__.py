@@ -1,0 +1,31 @@
+"""The decode engine: a model backend, sampling, and the fill-aware decode loop.
+
+Public API
+----------
+``ffwd.models.load_backend(spec="default", *, dtype="auto", device="auto",
+prefill_chunk=512, threads=0) -> HFBackend`` and ``ffwd.models.load_tokenizer``.
+
+`backend.Backend` (protocol), implemented by `hf.HFBackend(model, *, eos_ids=None,
+prefill_chunk=512)`:
+    ``prefill(ids) -> int`` (ids reused from the cache), ``forward(ids) ->
+    (len, vocab)`` logits, ``append(ids) -> (vocab,)`` last-row logits,
+    ``rewind(n)``, ``can_rewind``, ``rewindable``, ``checkpoint()`` /
+    ``restore(cp)``, ``can_checkpoint``, ``max_append``, ``cache_len``,
+    ``cached_ids``, ``last_logits``, ``vocab_size``, ``eos_ids``,
+    ``forward_calls``, ``reset()``.
+
+`sampling`:
+    ``SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty,
+    presence_penalty, frequency_penalty, logit_bias, seed)``, the processors
+    ``apply_*``, ``Sampler`` / ``make_sampler(params, prompt_ids)``, and
+    ``verify_span(logits, proposed, sampler, generated=()) -> SpanVerdict``.
+
+`generate`:
+    ``generate_step(backend, sampler, *, max_tokens, session=None,
+    probe_first=None, trace=None, check_cache=False)`` yields
+    ``TokenEvent(token_id, origin)``; ``stream_generate(backend, tokenizer,
+    prompt_ids, params=None, *, max_tokens=256, stop=(), plan=None, fill=None,
+    strict_context=None, cancelled=None, probe_first=None)`` yields
+    ``StreamChunk(text, token_id, origin, finish_reason, result)``;
+    ``generate(...) -> GenerationResult`` with the same arguments.
+"""
