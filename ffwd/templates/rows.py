@@ -252,8 +252,10 @@ class _Text:
 # character; "soft" when that limit only means "unknown from here" (the end of a
 # turn that another turn follows), not "something else may follow".
 _View = tuple[_Text, int, float, bool]
-# A token at a structural character: (its id, chars before that character, chars from it on).
-_Point = tuple[int, int, int]
+# A token at a structural character: (its id, what the character does, chars of the
+# token before it, chars from it on). The same token can make different points:
+# "</" ends a value and, elsewhere, the call.
+_Point = tuple[int, str, int, int]
 
 
 def common(views: Iterable[_View], eos: frozenset[int]) -> list[int]:
@@ -601,7 +603,7 @@ class _Builder:
             for o, a in occurrences[key]:
                 if a.lead < 0:
                     continue
-                lead, point = self._point(o, a.lead)
+                lead, point = self._point(o, a.lead, "lead")
                 first = o.r.tok(a.key_span[0])
                 between = tuple(o.r.ids[lead + 1 : first])
                 if lead < first and (point, between) not in seen:
@@ -628,25 +630,57 @@ class _Builder:
         parameter, or, once every key is written, up to the end of the call."""
         ends: dict[_Point, list[_View]] = {}
         lasts: dict[tuple[_Point, str], list[_View]] = {}
+        follows: dict[_Point, list[tuple[_Call, str, str, _View]]] = {}
         keys: dict[str, frozenset[str]] = {}
         for c in calls:
             args = c.lay.args
+            tool = c.r.text[slice(*c.lay.name)]
+            keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
             for i, arg in enumerate(args):
                 if arg.end is None:
                     continue
-                t, point = self._point(c, arg.end)
-                nxt = args[i + 1].lead if i + 1 < len(args) else c.lay.close
-                ends.setdefault(point, []).append(c.view(t + 1, nxt))
-                if i + 1 == len(args):
-                    tool = c.r.text[slice(*c.lay.name)]
-                    keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
+                t, point = self._point(c, arg.end, "value end")
+                if i + 1 < len(args):
+                    nxt = args[i + 1]
+                    ends.setdefault(point, []).append(c.view(t + 1, nxt.lead))
+                    key = c.r.text[slice(*nxt.key_span)]
+                    view = c.view(t + 1, nxt.value_span[0])
+                    follows.setdefault(point, []).append((c, tool, key, view))
+                else:
+                    ends.setdefault(point, []).append(c.view(t + 1, c.lay.close))
                     lasts.setdefault((point, tool), []).append(c.run(t + 1))
         for (point, tool), views in lasts.items():
             rule = AllKeysUsed(self._wheres[point], tool, keys[tool])
             self._add([point[0]], common(views, self.eos), "close", rule)
         for point, views in ends.items():
-            rule2 = AtPosition(self._wheres[point])
-            self._add([point[0]], common(views, self.eos), "close", rule2)
+            base = common(views, self.eos)
+            self._add([point[0]], base, "close", AtPosition(self._wheres[point]))
+            self._next_parameter(len(base), follows.get(point, []), keys)
+
+    def _next_parameter(
+        self,
+        skip: int,
+        follows: list[tuple[_Call, str, str, _View]],
+        keys: dict[str, frozenset[str]],
+    ) -> None:
+        """After a value's closing markup, the id that picks another parameter
+        over the end of the call -> that parameter's opening markup, or, when a
+        single key is left, all of it up to the value."""
+        branches: dict[int, list[tuple[_Call, str, str, _View]]] = {}
+        for c, tool, key, (r, i, cap, soft) in follows:
+            if i + skip < len(r.ids):
+                branches.setdefault(r.ids[i + skip], []).append((c, tool, key, (r, i, cap, soft)))
+        for branch, members in branches.items():
+            c, _, _, (_, i, _, _) = members[0]
+            where = self._where(c, i + skip)
+            after = [(r, i + skip + 1, cap, soft) for _, _, _, (r, i, cap, soft) in members]
+            by_key: dict[tuple[str, str], list[_View]] = {}
+            for (_, tool, key, _), view in zip(members, after, strict=True):
+                by_key.setdefault((tool, key), []).append(view)
+            for (tool, key), views in by_key.items():
+                rule = OnlyKeyLeft(where, tool, key, keys[tool] - {key})
+                self._add([branch], common(views, self.eos), "key", rule)
+            self._add([branch], common(after, self.eos), "key", AtPosition(where))
 
     def _closes(self, calls: list[_Call]) -> None:
         """The id that closes the arguments -> the markup up to where another call
@@ -655,12 +689,12 @@ class _Builder:
         ends: dict[_Point, list[_View]] = {}
         for c in calls:
             r = c.r
-            t, point = self._point(c, c.lay.close)
+            t, point = self._point(c, c.lay.close, "close")
             straddles = r.ends[t] > c.more  # the closing id already starts the end of the turn
             closes.setdefault(point, []).append(c.view(t + 1, c.end) if straddles else c.run(t + 1))
             if straddles or c.more == float("inf"):
                 continue
-            u, start = self._point(c, int(c.more))
+            u, start = self._point(c, int(c.more), "turn end")
             if r.ids[u] not in self.eos:
                 ends.setdefault(start, []).append(c.view(u + 1, c.end))
         for point, views in closes.items():
@@ -670,13 +704,12 @@ class _Builder:
             rule = AtPosition(self._wheres[point])
             self._add([point[0]], common(views, self.eos), "turn-end", rule)
 
-    def _point(self, c: _Call, char: int) -> tuple[int, _Point]:
-        """The token holding `char`, and the point it makes (its id, where `char`
-        sits in it, where it ends past `char`); the parser's position after it
-        is worked out once per point."""
+    def _point(self, c: _Call, char: int, role: str) -> tuple[int, _Point]:
+        """The token holding `char` (which does `role`), and the point it makes;
+        the parser's position after it is worked out once per point."""
         r = c.r
         t = r.tok(char)
-        point = (r.ids[t], char - r.starts[t], r.ends[t] - char)
+        point = (r.ids[t], role, char - r.starts[t], r.ends[t] - char)
         if point not in self._wheres:
             self._wheres[point] = self._where(c, t)
         return t, point

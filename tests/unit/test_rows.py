@@ -302,3 +302,28 @@ def test_a_fast_tokenizer_is_required() -> None:
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_xml_markup_between_and_after_parameters_is_filled(spec: str) -> None:
+    ct = compiled(spec, "qwen_xml", TOOLS)
+    tok = tokenizer(spec)
+    text = (
+        "<tool_call>\n<function=get_weather_forecast>\n<parameter=city>\nOslo\n</parameter>\n"
+        "<parameter=days>\n2\n</parameter>\n</function>\n</tool_call>"
+    )
+    ids = tok.encode(text, add_special_tokens=False)
+    session = FillSession(ct.plan, [0], strict_context=ct.new_context())
+    proposals = push_all(session, ids)
+    said = [tok.decode(list(p.ids)) for p in proposals if p is not None]
+    assert "parameter=days>\n" in said  # after "<": the one key left, whole
+    # Every key written: the call closes (Gemma merges its last ">" with what follows).
+    assert any(s.startswith("parameter>\n</function>\n</tool_call") for s in said)
+    # An optional key left out: after "</" the function can only close.
+    partial = tok.encode(
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>",
+        add_special_tokens=False,
+    )
+    session = FillSession(ct.plan, [0], strict_context=ct.new_context())
+    said = [tok.decode(list(p.ids)) for p in push_all(session, partial) if p is not None]
+    assert any(s.startswith("function>") for s in said)
