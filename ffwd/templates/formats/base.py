@@ -12,7 +12,13 @@ did not parse), `ToolCallDelta(index, name, arguments)`, where the first
 delta of call `index` carries its name and later ones carry fragments of its
 JSON arguments. Concatenating the fragments gives ``calls[index].arguments``.
 A call that turns out malformed after its first delta is not added to
-``calls``; its raw text comes back as a `ContentDelta`.
+``calls``; its raw text comes back as a `ContentDelta`. Whitespace between or
+after calls counts as markup. ``held_back`` is the trailing text a streaming
+server should not send yet: it may be the start of a call's marker.
+
+The context (`ToolCallContext`, made by ``ToolFormat.new_context``) decodes
+every id that enters the sequence, feeds the parser, and lets a row fire only
+when one of its rules holds for the parser's `ParseState`.
 """
 
 from __future__ import annotations
