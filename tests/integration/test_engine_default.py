@@ -1,4 +1,7 @@
-"""The decode loop on the embedded SmolLM2-135M-Instruct (float32, CPU)."""
+"""The decode loop on the embedded SmolLM2-135M-Instruct (float32, CPU).
+
+Includes a forced Hermes tool call: strict rows fire and the call parses.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from ffwd.engine.cli import prompt_ids
 from ffwd.engine.generate import generate
 from ffwd.fill import FillPlan
 from ffwd.models import load_backend, load_tokenizer
+from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.rows import compile_tools, default_eos_ids
 
 pytestmark = pytest.mark.slow
 
@@ -20,6 +25,21 @@ QUOTE = (
     "Copy this list exactly, then write it once more: "
     "alpha-7, beta-12, gamma-31, delta-44, epsilon-58, zeta-63, eta-77, theta-81."
 )
+
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather for a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+        }, "required": ["city"]},
+    }},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "Current time in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]},
+    }},
+]
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +90,34 @@ def test_ffwd_generate_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert key in out
     assert out["finish_reason"] in ("stop", "length") and out["token_ids"]
     assert out["stats"]["decode_steps"] >= 1
+
+
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}],
+    ids=["required", "named"],
+)
+def test_forced_hermes_call_with_strict_rows_parses(
+    tool_choice: Any, tmp_path: Any, tokenizer: Any, backend: Any
+) -> None:
+    template, fmt = resolve_template(tokenizer, "hermes")
+    assert fmt == "hermes"
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    text = render_chat(template, messages, tools=TOOLS, add_generation_prompt=True,
+                       tokenizer=tokenizer)
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    compiled = compile_tools(tokenizer, template, TOOLS, tool_choice, default_eos_ids(tokenizer))
+    trace = tmp_path / "trace.jsonl"
+    res = generate(
+        backend, tokenizer, ids, max_tokens=36, plan=compiled.plan,
+        fill=FillConfig(fill="strict", trace=str(trace)), strict_context=compiled.new_context(),
+    )
+    parser = compiled.format.new_parser(TOOLS)
+    parser.feed(res.text)
+    parser.finish()
+    assert parser.calls, res.text
+    call = parser.calls[0]
+    assert call.name == "get_weather"
+    assert json.loads(call.arguments).get("city") == "Paris"
+    assert res.text.startswith("<tool_call>")
+    assert res.stats.strict > 0 and res.origins[0] == "template"
+    assert trace.exists()
