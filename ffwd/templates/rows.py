@@ -77,6 +77,7 @@ TURNS = 64  # calls per rendering (one assistant turn each)
 ANCHOR = 2  # tokens before a name that anchor its rows
 MAX_TRIGGER = 8
 USER = {"role": "user", "content": "Hi"}
+PROMPT_ENDINGS = ("Hi", "Is it 5?", "Done.", "ok\n")  # user turns that end differently
 CONTENT = "Ok."
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 
@@ -391,7 +392,7 @@ class _Builder:
     ) -> tuple[list[_Call], list[_Call], list[int]]:
         """Every variant of every tool as a call (several turns per rendering),
         the extra occurrences of a marker (a second call, a call after content),
-        and the prompt's own ids."""
+        and the last ids every generation prompt ends with."""
         first = tools[0]
         name0 = first["function"]["name"]
         call0 = (name0, variants(first["function"]["parameters"])[0])
@@ -436,8 +437,20 @@ class _Builder:
                 break
         else:
             raise ValueError("the chat template renders calls differently in longer conversations")
-        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
-        return [head_call, *out], extras, prompt_ids
+        return [head_call, *out], extras, self._prompt_tail(first)
+
+    def _prompt_tail(self, tool: Mapping[str, Any]) -> list[int]:
+        """The last ids (at most 3) of every generation prompt, whatever the user
+        wrote: where the prompt ends in text that merges with the user's words
+        (``?[/INST]``), only the ids after the merge."""
+        tails = []
+        for text in PROMPT_ENDINGS:
+            prompt = render_chat(
+                self.template, [{"role": "user", "content": text}], [tool], tokenizer=self.tokenizer
+            )
+            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+            tails.append(ids[::-1])
+        return lcp(tails)[:3][::-1]
 
     def _turn_calls(
         self,
@@ -513,7 +526,7 @@ class _Builder:
 
     # --- compiling ------------------------------------------------------------
     def build(self, tools: Sequence[Mapping[str, Any]], forced: bool) -> None:
-        calls, extras, prompt_ids = self.calls(tools)
+        calls, extras, prompt_tail = self.calls(tools)
         by_tool: dict[str, list[_Call]] = {}
         for c in calls:
             by_tool.setdefault(c.tool, []).append(c)
@@ -523,7 +536,7 @@ class _Builder:
         }
         shared = lcp(runs.values())  # what every tool's name run starts with
         if forced:
-            self._forced(calls, shared, prompt_ids)
+            self._forced(calls, shared, prompt_tail)
         self._scaffold([calls[0], *extras], shared)
         self._names(calls[0], runs, by_tool, len(shared))
         for cs in by_tool.values():
@@ -535,14 +548,17 @@ class _Builder:
                 if arg.delimiter is not None:
                     self.delimiters.add(c.r.ids[c.r.tok(arg.delimiter)])
 
-    def _forced(self, calls: list[_Call], common: list[int], prompt_ids: list[int]) -> None:
+    def _forced(self, calls: list[_Call], common: list[int], prompt_tail: list[int]) -> None:
         """A forced call: the prompt's last ids trigger the turn's opening run
-        (`FillSession.start` proposes it before the first sample)."""
-        if not all(c.clean for c in calls):
-            return
-        heads = {tuple(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.name[0])]) for c in calls}
+        (`FillSession.start` proposes it before the first sample).
+
+        Generation starts a fresh token after the prompt, so the run comes from
+        turns that start on a token boundary; where the template's own prompt
+        merges into the turn (``[/INST][TOOL_CALLS]``), turns after a special
+        token show how the turn tokenizes on its own."""
+        heads = {tuple(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.name[0])]) for c in calls if c.clean}
         if len(heads) == 1:
-            self._add(prompt_ids[-3:], [*heads.pop(), *common], "scaffold", None)
+            self._add(prompt_tail, [*heads.pop(), *common], "scaffold", None)
 
     def _scaffold(self, occurrences: list[_Call], common: list[int]) -> None:
         """The marker's ids -> the markup up to the name, and what all names share."""
