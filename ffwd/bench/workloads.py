@@ -8,10 +8,11 @@ arguments and Python installation:
   category, chat-templated with their tools. Each asks for one call
   (``parallel_tool_calls=false``): a system stops once its output parses as a
   complete call.
-* ``echo``: `limit` edits and `limit` re-quotes of functions picked with
-  `seed` from Python standard-library modules: an edit (rename a parameter, rewrite the docstring,
-  change a constant; the whole function comes back), a re-quote is an agent
-  turn that shows a function's source returned by a tool.
+* ``echo``: `limit` edits and `limit` re-quotes of functions drawn with
+  `seed` from Python standard-library modules. An edit asks for the whole
+  function back with a small change (rename a parameter, rewrite the
+  docstring, change a constant); a re-quote is an agent turn where a tool
+  returned the source and the user asks to see it exactly.
 * ``prose``: open-ended questions with nothing to copy (overhead).
 """
 
@@ -36,7 +37,6 @@ ECHO_MODULES = (
     "heapq", "bisect", "colorsys", "html", "base64", "calendar", "statistics",
     "gettext", "glob", "tokenize", "ipaddress", "csv",
 )
-SYSTEM_PROMPT = "You are a careful coding assistant."
 
 PROSE_QUESTIONS = (
     "Why do leaves change colour in autumn?",
@@ -161,14 +161,11 @@ def edit_instruction(fn: Function, rng: random.Random) -> str:
 
 
 def edit_item(fn: Function, rng: random.Random, max_tokens: int) -> Item:
-    instruction = edit_instruction(fn, rng)
-    user = (
-        f"Here is the function `{fn.name}` from Python's `{fn.module}` module:\n\n"
-        f"```python\n{fn.source}```\n\n{instruction} Reply with the complete updated "
-        "function in one ```python block and nothing else."
-    )
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
-    return Item("echo", f"edit:{fn.module}.{fn.name}", messages, max_tokens, kind="edit")
+    # Code first, then the request: the embedded 135M model copies far more
+    # faithfully with this layout than with the request first.
+    user = f"```python\n{fn.source}```\n\n{edit_instruction(fn, rng)} Write out the whole function."
+    return Item("echo", f"edit:{fn.module}.{fn.name}", [{"role": "user", "content": user}],
+                max_tokens, kind="edit")
 
 
 READ_TOOL = {
@@ -189,19 +186,16 @@ READ_TOOL = {
 
 
 def requote_item(fn: Function, max_tokens: int) -> Item:
-    """An agent turn: the tool returned the source; the user asked to see it verbatim."""
+    """An agent turn: a tool returned the source, and the user wants it quoted back."""
     args = {"module": fn.module, "function": fn.name}
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": (
-            f"Show me the source of `{fn.module}.{fn.name}` exactly as it is, in one "
-            "```python block, then say in one sentence what it does."
-        )},
+        {"role": "user", "content": f"Show me the source of `{fn.module}.{fn.name}`."},
         {"role": "assistant", "content": None, "tool_calls": [{
             "id": "call_0", "type": "function",
             "function": {"name": "read_source", "arguments": json.dumps(args)},
         }]},
         {"role": "tool", "tool_call_id": "call_0", "content": fn.source},
+        {"role": "user", "content": "Quote that code back to me exactly, in a ```python block."},
     ]
     return Item(
         "echo", f"requote:{fn.module}.{fn.name}", messages, max_tokens,

@@ -21,11 +21,11 @@ def test_echo_selection_is_deterministic_with_a_seed() -> None:
 def test_echo_items_carry_real_stdlib_source() -> None:
     for item in echo_items(2, seed=0, max_chars=700, cap=200):
         assert 0 < item.max_tokens <= 200
-        source = item.messages[-1]["content"]
         if item.kind == "edit":
-            source = source.split("```python\n", 1)[1].split("```", 1)[0]
+            source = item.messages[-1]["content"].split("```python\n", 1)[1].split("```", 1)[0]
         else:
-            assert item.tools and item.messages[-2]["tool_calls"]
+            assert item.tools and item.messages[-3]["tool_calls"]
+            source = item.messages[-2]["content"]
         assert isinstance(ast.parse(source).body[0], ast.FunctionDef)
 
 
