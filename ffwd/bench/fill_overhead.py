@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from ffwd.fill import EchoConfig, FillPlan, FillRow, FillSession
+from ffwd.fill import FILL_KINDS, EchoConfig, FillPlan, FillRow, FillSession
 
 VOCAB = 49152
 
@@ -36,7 +36,7 @@ def synthetic_history(n: int, rng: random.Random) -> list[int]:
 
 
 def synthetic_rows(rng: random.Random, n: int = 200) -> tuple[FillRow, ...]:
-    kinds = ("scaffold", "name", "key", "close", "turn-end")
+    kinds = FILL_KINDS
     return tuple(
         FillRow(
             tuple(rng.randrange(VOCAB) for _ in range(rng.randint(1, 4))),

@@ -33,6 +33,15 @@ SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
 
 
 @dataclass(frozen=True, slots=True)
+class CacheState:
+    """A whole cache saved for later (the serve layer's prompt cache keeps these)."""
+
+    ids: tuple[int, ...]
+    snapshot: _Snapshot
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Snapshot:
     layers: tuple[dict[str, Any], ...]
     n_ids: int
@@ -40,14 +49,14 @@ class _Snapshot:
     last_logits: torch.Tensor | None
 
 
-def _layer_state(layer: object) -> dict[str, Any]:
-    """A restorable copy of one cache layer's attributes.
+def _layer_state(attrs: dict[str, Any]) -> dict[str, Any]:
+    """A restorable copy of one cache layer's attributes (`vars(layer)`).
 
     Key/value tensors are shared, not copied: `DynamicLayer` grows them with
     `torch.cat` and crops by slicing, never writing in place. Conv and
     recurrent states live in dicts and are updated in place, so they are cloned.
     """
-    state = dict(vars(layer))
+    state = dict(attrs)
     for name, value in state.items():
         if isinstance(value, dict):
             state[name] = {
@@ -179,7 +188,7 @@ class HFBackend:
         if not self.can_checkpoint:
             raise RuntimeError(f"{self.model_type}: checkpoint is not supported")
         with torch.no_grad():
-            layers = tuple(_layer_state(layer) for layer in self._cache.layers)
+            layers = tuple(_layer_state(vars(layer)) for layer in self._cache.layers)
         return _Snapshot(layers, len(self._ids), self._since_settle, self._last)
 
     def restore(self, checkpoint: object) -> None:
@@ -195,6 +204,39 @@ class HFBackend:
         del self._ids[checkpoint.n_ids :]
         self._since_settle = checkpoint.since_settle
         self._last = checkpoint.last_logits
+
+    @property
+    def trims_freely(self) -> bool:
+        """Whether any saved state can be cut back to any prefix (plain attention only)."""
+        return not self._bounded and not self._one_at_a_time and bool(self._cache.is_croppable)
+
+    def save_state(self) -> CacheState:
+        """The whole cache as it is now, for `load_state` (tensors shared, never written)."""
+        snap = self.checkpoint()
+        assert isinstance(snap, _Snapshot)
+        seen: set[int] = set()
+        nbytes = 0
+        for layer in snap.layers:
+            for value in layer.values():
+                tensors = value.values() if isinstance(value, dict) else (value,)
+                for t in tensors:
+                    if isinstance(t, torch.Tensor):
+                        storage = t.untyped_storage()
+                        if storage.data_ptr() not in seen:
+                            seen.add(storage.data_ptr())
+                            nbytes += storage.nbytes()
+        return CacheState(tuple(self._ids), snap, nbytes)
+
+    def load_state(self, state: CacheState) -> None:
+        """Make the cache exactly what `save_state` saved (any sequence before)."""
+        if len(state.snapshot.layers) != len(self._cache.layers):
+            raise ValueError("load_state: not a state of this model's cache")
+        for layer, saved in zip(self._cache.layers, state.snapshot.layers, strict=True):
+            vars(layer).clear()
+            vars(layer).update(_layer_state(saved))
+        self._ids = list(state.ids)
+        self._since_settle = state.snapshot.since_settle
+        self._last = state.snapshot.last_logits
 
     # --- forwards ---------------------------------------------------------
     def prefill(self, ids: list[int]) -> int:

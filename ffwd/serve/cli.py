@@ -14,6 +14,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
     p.add_argument("--max-queue", type=int, default=16, help="requests allowed to wait")
+    p.add_argument("--prompt-cache-bytes", type=int, default=1 << 30,
+                   help="KV states of other conversations kept, LRU (0 = live cache only)")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
     p.add_argument("--dtype", default=None, help="auto|float32|bfloat16 (FFWD_DTYPE)")
@@ -42,6 +44,8 @@ def main(args: argparse.Namespace) -> int:
         )
         if args.max_queue < 1:
             raise ValueError(f"--max-queue {args.max_queue}: expected an integer >= 1")
+        if args.prompt_cache_bytes < 0:
+            raise ValueError(f"--prompt-cache-bytes {args.prompt_cache_bytes}: expected >= 0")
         if not 0 < args.port < 65536:
             raise ValueError(f"--port {args.port}: expected 1..65535")
         from ffwd.models import resolve_model
@@ -66,7 +70,10 @@ def main(args: argparse.Namespace) -> int:
             prefill_chunk=engine.prefill_chunk, threads=engine.threads,
         )
         bar.update()
-        service = ModelService(backend, tokenizer, ref.name, fill, tool_format=args.tool_format)
+        service = ModelService(
+            backend, tokenizer, ref.name, fill, tool_format=args.tool_format,
+            prompt_cache_bytes=args.prompt_cache_bytes,
+        )
         bar.update()
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue)
     print(

@@ -21,6 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# A prefill that would drop more than this many live ids (and a quarter of
+# them) is taken as a switch to another conversation: the live state is kept.
+# Fewer is the next turn of the same one (a re-tokenised reply end).
+MIN_DISCARD = 16
+
 
 class CacheState(Protocol):
     @property
@@ -84,26 +89,33 @@ class PromptCache:
         return len(self._entries)
 
     def select(self, backend: StatefulBackend, prompt: Sequence[int]) -> None:
-        """Before prefill: load the saved state that best serves `prompt`, if any beats
-        the live cache (saving the live one in its place)."""
-        if self.max_bytes == 0 or not self._entries:
+        """Before prefill: make the backend hold the state that best serves `prompt`.
+
+        A saved state that shares a longer usable prefix than the live cache is
+        loaded, and the live one saved in its place. Otherwise, if the prefill
+        is about to throw away much of the live cache (another conversation,
+        not the next turn of this one), the live state is saved first.
+        """
+        if self.max_bytes == 0:
             return
         live = backend.cached_ids
         # The prefill always runs the prompt's last id, so a prefix is usable up to len-1.
         usable = len(prompt) - 1
-        best_key, best = None, min(common_prefix(live, prompt), usable)
+        shared = min(common_prefix(live, prompt), usable)
+        best_key, best = None, shared
         for key, state in self._entries.items():
             n = min(common_prefix(state.ids, prompt), usable)
             if n > best and (n == len(state.ids) or backend.trims_freely):
                 best_key, best = key, n
-        if best_key is None:
-            return
-        chosen = self._entries.pop(best_key)
-        self._bytes -= chosen.nbytes
-        if live:
+        if best_key is not None:
+            chosen = self._entries.pop(best_key)
+            self._bytes -= chosen.nbytes
+            if live:
+                self._store(backend.save_state())
+            backend.load_state(chosen)
+            self.stats.loads += 1
+        elif len(live) - shared > max(MIN_DISCARD, len(live) // 4):
             self._store(backend.save_state())
-        backend.load_state(chosen)
-        self.stats.loads += 1
 
     def _store(self, state: CacheState) -> None:
         if state.nbytes > self.max_bytes:

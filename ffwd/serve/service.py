@@ -20,6 +20,7 @@ from ffwd.engine.sampling import SamplingParams
 from ffwd.fill import FillPlan
 from ffwd.serve.errors import bad_request
 from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta, ToolCallOut, Usage
+from ffwd.serve.prompt_cache import PromptCache
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
 from ffwd.templates import formats
 from ffwd.templates.formats.base import ToolCallContext, ToolParser
@@ -27,6 +28,7 @@ from ffwd.templates.render import normalize_tools, render_chat, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 Emit = Callable[[Event], None]
+DEFAULT_PROMPT_CACHE_BYTES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,7 @@ class ModelService:
         *,
         tool_format: str | None = None,
         context_window: int | None = None,
+        prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
     ) -> None:
         self.backend = backend
         self.tokenizer = tokenizer
@@ -66,6 +69,9 @@ class ModelService:
         self.context_window = context_window or int(
             getattr(cfg, "max_position_embeddings", 0) or 8192
         )
+        # Saved states need a checkpointable cache; without one only the live cache is reused.
+        can_save = getattr(backend, "can_checkpoint", False) and hasattr(backend, "save_state")
+        self.prompt_cache = PromptCache(prompt_cache_bytes if can_save else 0)
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
@@ -163,6 +169,7 @@ class ModelService:
         def stop_now() -> bool:
             return cancelled() or (prep.single_call and parser is not None and parser.done)
 
+        self.prompt_cache.select(self.backend, prep.prompt_ids)
         result: GenerationResult | None = None
         for chunk in stream_generate(
             self.backend, self.tokenizer, prep.prompt_ids, prep.params,

@@ -104,3 +104,22 @@ def test_zero_bytes_disables() -> None:
     assert b.loaded == []
     with pytest.raises(ValueError, match="bytes"):
         PromptCache(-1)
+
+
+def test_a_conversation_switch_saves_the_live_state() -> None:
+    cache = PromptCache(10_000)
+    a = tuple(range(100, 160))
+    b = FakeBackend(a)
+    cache.select(b, [1, 2, 3])  # another conversation: A would be thrown away
+    assert [s.ids for s in cache._entries.values()] == [a]
+    b.cached_ids = (1, 2, 3, 4)  # ...B ran
+    cache.select(b, [*a, 7])  # A's next turn comes back
+    assert b.cached_ids == a and [s.ids for s in cache._entries.values()] == [(1, 2, 3, 4)]
+
+
+def test_the_next_turn_of_the_same_conversation_saves_nothing() -> None:
+    cache = PromptCache(10_000)
+    live = tuple(range(100, 160))
+    b = FakeBackend(live)
+    cache.select(b, [*live[:-3], 9, 9, 9, 9])  # the reply's last ids re-tokenised
+    assert len(cache) == 0
