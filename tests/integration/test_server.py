@@ -237,3 +237,19 @@ def test_queue_full_429_and_cancel_on_disconnect(guarded_server: Server) -> None
     assert results["queued"].status_code == 200
     metrics = httpx.get(url + "/metrics", headers=head).text
     assert 'ffwd_requests_total{endpoint="/v1/chat/completions",status="429"} 1.0' in metrics
+
+
+def test_interleaved_conversations_keep_their_prompt_cache(server: Server) -> None:
+    c = client(server)
+    a = [{"role": "system", "content": "You answer questions about the sea. " * 8},
+         {"role": "user", "content": "What is a tide?"}]
+    b = [{"role": "system", "content": "You answer questions about mountains. " * 8},
+         {"role": "user", "content": "What is a glacier?"}]
+    ra = c.chat.completions.create(model="default", messages=a, max_tokens=8, temperature=0)
+    c.chat.completions.create(model="default", messages=b, max_tokens=8, temperature=0)
+    a2 = [*a, {"role": "assistant", "content": ra.choices[0].message.content},
+          {"role": "user", "content": "And a wave?"}]
+    r = c.chat.completions.create(model="default", messages=a2, max_tokens=8, temperature=0)
+    cached = r.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    # Conversation B replaced A in the live cache; A's prompt came back from the LRU.
+    assert cached is not None and cached >= ra.usage.prompt_tokens - 1  # type: ignore[union-attr]
