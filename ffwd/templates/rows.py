@@ -72,7 +72,8 @@ from ffwd.templates.formats.base import (
 )
 from ffwd.templates.render import normalize_tools, render_chat
 
-SLOTS = 3  # sentinel values per type; every key meets each of them
+SLOTS = 2  # sentinel values per type; every key meets each of them
+ENUM_MAX = 8  # enums up to this size are rendered value by value
 TURNS = 64  # calls per rendering (one assistant turn each)
 ANCHOR = 2  # tokens before a name that anchor its rows
 MAX_TRIGGER = 8
@@ -81,18 +82,19 @@ PROMPT_ENDINGS = ("Hi", "Is it 5?", "Done.", "ok\n")  # user turns that end diff
 CONTENT = "Ok."
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 
-# Sentinel values per JSON type: a letter, an empty value, a punctuation
-# start, so that merges of the opening quote (or space) with a value are seen.
+# Two sentinel values per JSON type whose first characters both merge with what
+# precedes a value (the opening quote, the space), in different ways: where the
+# renderings part, any value could.
 SENTINELS: dict[str, tuple[Any, ...]] = {
-    "string": ("Vx", "", "-1"),
-    "integer": (7, -3, 0),
-    "number": (1.5, -2, 7),
-    "boolean": (True, False, True),
-    "array": ([], ["Vx"], [7]),
-    "object": ({}, {"Vx": 1}, {}),
-    "null": (None, None, None),
+    "string": ("", "-1"),
+    "integer": (7, -3),
+    "number": (1.5, -2),
+    "boolean": (True, False),
+    "array": ([], ["-1"]),
+    "object": ({}, {"Vx": 1}),
+    "null": (None, None),
 }
-MIXED = ("Vx", 7, None)
+MIXED = ("", -3)
 
 
 @dataclass(frozen=True)
@@ -180,34 +182,51 @@ def _choice(tool_choice: object, tools: Sequence[Mapping[str, Any]]) -> str:
 
 
 def sentinel(schema: Mapping[str, Any], slot: int) -> Any:
-    """The sentinel value for a property schema in rendering slot `slot`.
+    """The sentinel value for a property schema in rendering slot `slot`: an
+    enum's own values (`variants` renders the rest of a short enum), else the
+    type's sentinels.
 
-    >>> sentinel({"type": "integer"}, 1), sentinel({"enum": ["c", "f"]}, 3)
+    >>> sentinel({"type": "integer"}, 1), sentinel({"enum": ["c", "f", "k"]}, 1)
     (-3, 'f')
     """
-    enum = schema.get("enum")
-    if isinstance(enum, list) and enum:
+    enum = _enum(schema)
+    if enum:
         return enum[slot % len(enum)]
     kind = schema.get("type")
     values = SENTINELS.get(kind, MIXED) if isinstance(kind, str) else MIXED
     return values[slot % SLOTS]
 
 
-def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Argument objects to render one tool with: keys rotated so each comes
-    first once, each key meeting every sentinel slot; ``{}`` when allowed.
+def _enum(schema: Mapping[str, Any]) -> list[Any]:
+    """The enum values, when there are few enough to render them all."""
+    enum = schema.get("enum")
+    return enum if isinstance(enum, list) and 0 < len(enum) <= ENUM_MAX else []
 
-    >>> variants({"properties": {"a": {"type": "integer"}}, "required": ["a"]})
-    [{'a': 7}, {'a': -3}, {'a': 0}]
+
+def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Argument objects to render one tool with: every key meets every
+    sentinel slot (and every value of a short enum), every key comes first
+    once (a lone key where the rotations run out), and ``{}`` when no key is
+    required.
+
+    >>> variants({"properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"]})
+    [{'a': 7, 'b': -3, 'c': ''}, {'b': '', 'c': -3, 'a': -3}, {'c': ''}]
+    >>> variants({"properties": {"u": {"enum": ["c", "f", "k"]}}})
+    [{'u': 'c'}, {'u': 'f'}, {'u': 'k'}, {}]
     """
     props = list((parameters.get("properties") or {}).items())
     if not props:
         return [{}]
     n = len(props)
-    out = []
-    for r in range(max(n, SLOTS)):
-        order = [(i, *props[i]) for i in [(r + j) % n for j in range(n)]]
-        out.append({key: sentinel(schema, (r + i) % SLOTS) for i, key, schema in order})
+    out = [
+        {
+            props[i][0]: sentinel(props[i][1], (r + i) % SLOTS)
+            for i in [(r + j) % n for j in range(n)]
+        }
+        for r in range(SLOTS)
+    ]
+    out += [{key: sentinel(schema, 0)} for key, schema in props[SLOTS:]]
+    out += [{key: value} for key, schema in props for value in _enum(schema)[SLOTS:]]
     if not parameters.get("required"):
         out.append({})
     return out
@@ -604,7 +623,8 @@ class _Builder:
             start = c.r.tok(ks)
             width = c.r.tok(ke - 1) - start + 1
             anchors = sorted({o.r.ids[o.r.tok(a.key_span[0]) - 1] for o, a in occurrences[key]})
-            for j in range(1, min(width, len(run) - 2) + 1):  # an emit needs 2 ids
+            # j = 0: right after the key's opening quote, when it is the one key left.
+            for j in range(min(width, len(run) - 2) + 1):  # an emit needs 2 ids
                 rivals = frozenset(
                     raw[k]
                     for k in occurrences
@@ -614,18 +634,30 @@ class _Builder:
                 rule = KeySoFar(tool, raw[key], text, rivals)
                 for anchor in anchors:
                     self._add([anchor, *run[:j]], run[j:], "key", rule)
-            others = frozenset(raw[k] for k in occurrences if k != key)
-            seen = set()
-            for o, a in occurrences[key]:
-                if a.lead < 0:
-                    continue
-                lead, point = self._point(o, a.lead, "lead")
-                first = o.r.tok(a.key_span[0])
-                between = tuple(o.r.ids[lead + 1 : first])
-                if lead < first and (point, between) not in seen:
-                    seen.add((point, between))
-                    rule2 = OnlyKeyLeft(self._wheres[point], tool, raw[key], others)
-                    self._add([point[0]], [*between, *run], "key", rule2)
+            others = frozenset(raw.values()) - {raw[key]}
+            self._only_key_left(tool, raw[key], others, occurrences[key], run)
+
+    def _only_key_left(
+        self,
+        tool: str,
+        key: str,
+        others: frozenset[str],
+        occurrences: list[tuple[_Call, ArgLayout]],
+        run: list[int],
+    ) -> None:
+        """After the separator that commits to another key (JSON's comma), with
+        `key` the only one left: the markup up to it and its whole run."""
+        seen = set()
+        for o, a in occurrences:
+            if a.lead < 0:
+                continue
+            lead, point = self._point(o, a.lead, "lead")
+            first = o.r.tok(a.key_span[0])
+            between = tuple(o.r.ids[lead + 1 : first])
+            if lead < first and (point, between) not in seen:
+                seen.add((point, between))
+                rule = OnlyKeyLeft(self._wheres[point], tool, key, others)
+                self._add([point[0]], [*between, *run], "key", rule)
 
     def _key_run(self, occurrences: list[tuple[_Call, ArgLayout]]) -> list[int] | None:
         """The ids every rendering of a key shares, from its first token on, or
@@ -651,7 +683,8 @@ class _Builder:
         for c in calls:
             args = c.lay.args
             tool = c.r.text[slice(*c.lay.name)]
-            keys[tool] = frozenset(c.r.text[slice(*a.key_span)] for a in args)
+            # All of the tool's keys (a call may render only some of them).
+            keys[tool] = keys.get(tool, frozenset()) | {c.r.text[slice(*a.key_span)] for a in args}
             for i, arg in enumerate(args):
                 if arg.end is None:
                     continue
