@@ -72,7 +72,9 @@ class Message(_Model):
 
     def as_template_message(self) -> dict[str, Any]:
         """The message as a chat template expects it (content as one string)."""
-        out: dict[str, Any] = {"role": self.role, "content": self.text}
+        # "developer" is OpenAI's newer name for the system role; templates know "system".
+        role = "system" if self.role == "developer" else self.role
+        out: dict[str, Any] = {"role": role, "content": self.text}
         if self.name is not None:
             out["name"] = self.name
         if self.tool_calls:
@@ -117,7 +119,7 @@ class SamplingFields(_Model):
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -149,6 +149,7 @@ def test_models_health_metrics(client: TestClient) -> None:
          "context window"),
         ({**CHAT, "stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "at most 4"),
         ({**CHAT, "logit_bias": {"x": 1}}, 400, "logit_bias", "not a token id"),
+        ({**CHAT, "seed": 2**64}, 400, "seed", "less than"),
     ],
 )
 def test_client_errors(client: TestClient, body: dict[str, Any], status: int, param: str,
@@ -218,3 +219,9 @@ def test_failed_run_is_500_resets_and_next_request_works() -> None:
         assert svc.resets == 1
         svc.fail = False
         assert c.post("/v1/chat/completions", json=CHAT).status_code == 200
+
+
+def test_developer_role_is_rendered_as_system() -> None:
+    req = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}]})
+    assert req.messages[0].as_template_message() == {"role": "system", "content": "Be brief."}
