@@ -78,7 +78,7 @@ TURNS = 64  # calls per rendering (one assistant turn each)
 ANCHOR = 2  # tokens before a name that anchor its rows
 MAX_TRIGGER = 8
 USER = {"role": "user", "content": "Hi"}
-PROMPT_ENDINGS = ("Hi", "Is it 5?", "Done.", "ok\n")  # user turns that end differently
+PROMPT_ENDINGS = ("Hi", "Is it 5?")  # user turns that end in a letter, in punctuation
 CONTENT = "Ok."
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 
@@ -95,6 +95,23 @@ SENTINELS: dict[str, tuple[Any, ...]] = {
     "null": (None, None),
 }
 MIXED = ("", -3)
+PROBE_KEY = "k"
+PROBE_VALUES: tuple[Any, ...] = (
+    "Vx",
+    "-1",
+    "",
+    7,
+    -3,
+    1.5,
+    True,
+    False,
+    None,
+    [],
+    ["Vx"],
+    [7],
+    {},
+    {"Vx": 1},
+)
 
 
 @dataclass(frozen=True)
@@ -408,10 +425,11 @@ class _Builder:
     # --- the renderings -------------------------------------------------------------
     def calls(
         self, tools: Sequence[Mapping[str, Any]]
-    ) -> tuple[list[_Call], list[_Call], list[int]]:
+    ) -> tuple[list[_Call], list[_Call], list[_Call], list[int]]:
         """Every variant of every tool as a call (several turns per rendering),
-        the extra occurrences of a marker (a second call, a call after content),
-        and the last ids every generation prompt ends with."""
+        the probe calls (closing shapes only), the extra occurrences of a marker
+        (a second call, a call after content), and the last ids every generation
+        prompt ends with."""
         first = tools[0]
         name0 = first["function"]["name"]
         call0 = (name0, variants(first["function"]["parameters"])[0])
@@ -443,6 +461,9 @@ class _Builder:
         jobs = [
             (tool["function"]["name"], args) for round_ in _rounds(tools) for tool, args in round_
         ]
+        # One-key calls whose values end in every common way: how a value's end
+        # merges with the closing markup does not depend on the tool.
+        jobs += [(name0, {PROBE_KEY: value}) for value in PROBE_VALUES]
         opening = head_r.text[head.open[0] : head.close + 1]
         head_call = call(head_r, name0, head, a0)
         # Turns back to back, then with user turns between, then one per rendering:
@@ -456,7 +477,8 @@ class _Builder:
                 break
         else:
             raise ValueError("the chat template renders calls differently in longer conversations")
-        return [head_call, *out], extras, self._prompt_tail(first)
+        split = len(out) - len(PROBE_VALUES)
+        return [head_call, *out[:split]], out[split:], extras, self._prompt_tail(first)
 
     def _prompt_tail(self, tool: Mapping[str, Any]) -> list[int]:
         """The last ids (at most 3) of every generation prompt, whatever the user
@@ -545,7 +567,7 @@ class _Builder:
 
     # --- compiling ------------------------------------------------------------
     def build(self, tools: Sequence[Mapping[str, Any]], forced: bool) -> None:
-        calls, extras, prompt_tail = self.calls(tools)
+        calls, probes, extras, prompt_tail = self.calls(tools)
         by_tool: dict[str, list[_Call]] = {}
         for c in calls:
             by_tool.setdefault(c.tool, []).append(c)
@@ -561,8 +583,8 @@ class _Builder:
         for cs in by_tool.values():
             self._keys(cs)
         self._value_ends(calls)
-        self._closes(calls)
-        for c in calls:
+        self._closes([*calls, *probes])
+        for c in [*calls, *probes]:
             for arg in c.lay.args:
                 if arg.delimiter is not None:
                     self.delimiters.add(c.r.ids[c.r.tok(arg.delimiter)])
