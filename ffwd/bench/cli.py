@@ -153,7 +153,7 @@ def run_bench(
     runs, firsts = _run_all(items, systems, repeats, prompts)
     outputs = {key: {name: {"content": o.content, "calls": [list(c) for c in o.calls]}
                      for name, o in by_system.items()} for key, by_system in firsts.items()}
-    summary = report.summarize(runs)
+    summary = report.summarize(runs, [s.name for s in systems])
     sp = report.speedups(summary)
     bound = _bound(tokenizer, service.format_name, bfcl, limit) if "tools" in workloads else {}
     return {
@@ -222,12 +222,14 @@ def _correctness(
                 "item": item.id, "workload": item.workload,
                 "explanation": explain_difference(service, item, prompts[item.key], hf_ids),
             })
+    # A forced call (tool_choice=required) goes through the strict tier: there
+    # ffwd-echo must match ffwd-strict; ffwd-off decodes plainly and may not call.
+    free = [it for it in items if it.tool_choice != "required"]
+    forced = [it for it in items if it.tool_choice == "required"]
     return {
-        "echo_vs_off": identity(items, outputs, "ffwd-echo", "ffwd-off"),
-        "strict_vs_off": identity(
-            [it for it in items if it.tool_choice != "required"], outputs,
-            "ffwd-strict", "ffwd-off",
-        ),
+        "echo_vs_off": identity(free, outputs, "ffwd-echo", "ffwd-off"),
+        "echo_vs_strict": identity(forced, outputs, "ffwd-echo", "ffwd-strict"),
+        "strict_vs_off": identity(free, outputs, "ffwd-strict", "ffwd-off"),
         "off_vs_hf": identity(items, outputs, "ffwd-off", "hf-generate"),
         "off_vs_hf_differences": differences,
     }

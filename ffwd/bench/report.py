@@ -27,8 +27,12 @@ def _median(xs: Sequence[float]) -> float:
     return float(statistics.median(xs)) if xs else 0.0
 
 
-def summarize(runs: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """``{workload: {system: metrics}}``; systems keep the order they first appear in."""
+def summarize(
+    runs: Iterable[Mapping[str, Any]], order: Sequence[str] = ()
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{workload: {system: metrics}}``, systems in `order` (then as they first appear)."""
+    rank = {name: i for i, name in enumerate(order)}
+    runs = sorted(runs, key=lambda r: rank.get(r["system"], len(rank)))
     groups: dict[str, dict[str, dict[int, list[Mapping[str, Any]]]]] = {}
     for r in runs:
         by_repeat = groups.setdefault(r["workload"], {}).setdefault(r["system"], {})
@@ -178,6 +182,7 @@ def speedup_tables(sp: Mapping[str, Any]) -> list[str]:
 def correctness_lines(c: Mapping[str, Any]) -> list[str]:
     lines = ["| check | workload | identical | items |", "|---|---|---:|---:|"]
     for key, label in (("echo_vs_off", "ffwd-echo == ffwd-off"),
+                       ("echo_vs_strict", "ffwd-echo == ffwd-strict (forced call)"),
                        ("strict_vs_off", "ffwd-strict == ffwd-off"),
                        ("off_vs_hf", "ffwd-off == hf-generate")):
         for workload, (same, n) in c.get(key, {}).items():

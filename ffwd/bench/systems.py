@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -183,7 +183,7 @@ class HFGenerate:
 
 
 class _Counter:
-    """Counts calls (a forward pre-hook, or a wrapped function)."""
+    """A forward pre-hook that counts the model's forward calls."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -212,11 +212,10 @@ class LlamaCpp:
     """llama-cpp-python on the GGUF file, greedy, optionally with its prompt-lookup draft."""
 
     def __init__(self, gguf: str, decoder: Decoder, threads: int, lookup: int = 0) -> None:
-        from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup) if lookup else None
-        self.llm = Llama(
+        self.llm = _counting_llama()(
             model_path=gguf, n_ctx=4096, n_batch=512, n_threads=threads,
             n_threads_batch=threads, draft_model=draft, verbose=False,
         )
@@ -224,34 +223,35 @@ class LlamaCpp:
         self.name = "llamacpp-lookup" if lookup else "llamacpp"
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
-        counter = _Counter()
-        evaluate = self.llm.eval
-        self.llm.eval = _counted(evaluate, counter)
         out: list[int] = []
-        try:
-            self.llm.reset()  # no prompt cache carried over
-            t0 = time.perf_counter()
-            for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
-                                         repeat_penalty=1.0, reset=True):
-                if tok in self.decoder.eos_ids:
-                    break
-                out.append(tok)
-                if len(out) >= item.max_tokens or (
-                    item.single_call and self.decoder.has_call(item, out)
-                ):
-                    break
-            seconds = time.perf_counter() - t0
-        finally:
-            self.llm.eval = evaluate
-        return self.decoder.finish(item, out, seconds, counter.n)
+        self.llm.reset()  # no prompt cache carried over
+        evals = self.llm.evals
+        t0 = time.perf_counter()
+        for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
+                                     repeat_penalty=1.0, reset=True):
+            if tok in self.decoder.eos_ids:
+                break
+            out.append(tok)
+            if len(out) >= item.max_tokens or (
+                item.single_call and self.decoder.has_call(item, out)
+            ):
+                break
+        seconds = time.perf_counter() - t0
+        return self.decoder.finish(item, out, seconds, self.llm.evals - evals)
 
 
-def _counted(fn: Callable[..., Any], counter: _Counter) -> Callable[..., Any]:
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        counter()
-        return fn(*args, **kwargs)
+def _counting_llama() -> Any:
+    """`llama_cpp.Llama` that counts its `eval` calls (one per batch of ids it runs)."""
+    from llama_cpp import Llama
 
-    return wrapped
+    class CountingLlama(Llama):
+        evals = 0
+
+        def eval(self, tokens: Sequence[int]) -> None:
+            self.evals += 1
+            super().eval(tokens)
+
+    return CountingLlama
 
 
 # --- building ------------------------------------------------------------------------

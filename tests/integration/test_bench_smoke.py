@@ -29,8 +29,10 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     assert results["environment"]["dtype"] == "float32"
     assert 0 < results["bound"]["required"] <= 1
     # Greedy float32: fast-forwarding never changes what the model says.
-    for workload, (same, n) in results["correctness"]["echo_vs_off"].items():
-        assert same == n, workload
+    correctness = results["correctness"]
+    for check in ("echo_vs_off", "echo_vs_strict", "strict_vs_off"):
+        for workload, (same, n) in correctness[check].items():
+            assert same == n, (check, workload)
     # A forced call through the strict tier parses as a call of a listed function.
     assert results["summary"]["tools/required"]["ffwd-strict"]["parse_rate"] == 1.0
     assert "## Targets" in (out / "report.md").read_text()

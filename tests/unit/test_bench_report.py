@@ -45,6 +45,11 @@ def test_summary_takes_medians_over_repeats() -> None:
     assert s["prose"]["ffwd-off"]["parse_rate"] is None
 
 
+def test_summary_orders_systems_as_asked() -> None:
+    s = report.summarize(RUNS, ["hf-generate", "ffwd-echo"])
+    assert list(s["echo"]) == ["hf-generate", "ffwd-echo", "ffwd-off", "hf-prompt-lookup"]
+
+
 def test_speedups_are_throughput_ratios_for_every_pair() -> None:
     sp = report.speedups(report.summarize(RUNS))
     assert sp["echo"]["ffwd-echo"]["ffwd-off"] == pytest.approx(4.0)
