@@ -9,7 +9,10 @@ the format's incremental tool-call parser and emits `events`.
 
 from __future__ import annotations
 
+import json
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +32,7 @@ from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 Emit = Callable[[Event], None]
 DEFAULT_PROMPT_CACHE_BYTES = 1 << 30
+COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class ModelService:
         # Saved states need a checkpointable cache; without one only the live cache is reused.
         can_save = getattr(backend, "can_checkpoint", False) and hasattr(backend, "save_state")
         self.prompt_cache = PromptCache(prompt_cache_bytes if can_save else 0)
+        self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
+        self._compile_lock = threading.Lock()
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
@@ -95,19 +101,33 @@ class ModelService:
             if choice != "auto" and not fill.strict:
                 fill = replace(fill, fill="strict")
             if fill.strict:
-                try:
-                    compiled = compile_tools(
-                        self.tokenizer, self.template, shown, choice, self.eos_ids,
-                        fmt=self.format_name,
-                    )
-                except ValueError as exc:
-                    raise bad_request(f"invalid tools: {exc}", param="tools") from None
+                compiled = self._compiled(shown, choice)
         plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
         return Prepared(
             "chat", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
             req.stop_list, fill, plan, compiled, shown,
             single_call=bool(shown) and not req.parallel_tool_calls,
         )
+
+    def _compiled(self, tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> CompiledTools:
+        """Compiled rows for these tools, cached: agents resend the same tools every turn."""
+        key = json.dumps([tools, choice], sort_keys=True)
+        with self._compile_lock:
+            hit = self._compile_cache.get(key)
+            if hit is not None:
+                self._compile_cache.move_to_end(key)
+                return hit
+        try:
+            compiled = compile_tools(
+                self.tokenizer, self.template, tools, choice, self.eos_ids, fmt=self.format_name
+            )
+        except ValueError as exc:
+            raise bad_request(f"invalid tools: {exc}", param="tools") from None
+        with self._compile_lock:
+            self._compile_cache[key] = compiled
+            while len(self._compile_cache) > COMPILE_CACHE_ENTRIES:
+                self._compile_cache.popitem(last=False)
+        return compiled
 
     def prepare_completion(self, req: CompletionRequest) -> Prepared:
         fill = self._fill(req)
