@@ -21,7 +21,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -134,7 +134,7 @@ def run_bench(
 
     from ffwd.bench.systems import build_systems
     from ffwd.bench.workloads import select
-    from ffwd.config import FillConfig
+    from ffwd.config import resolve_fill_config
     from ffwd.models import load_backend, load_tokenizer, resolve_model
     from ffwd.serve.service import ModelService
 
@@ -143,7 +143,9 @@ def run_bench(
     ref = resolve_model(args.model)
     tokenizer = load_tokenizer(ref)
     backend = load_backend(ref, dtype=args.dtype, threads=args.threads)
-    service = ModelService(backend, tokenizer, ref.name, FillConfig())
+    # FFWD_FILL_* settings (k, max span, ...) apply; each system sets the mode.
+    fill = resolve_fill_config()
+    service = ModelService(backend, tokenizer, ref.name, fill)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     bfcl = tuple(args.bfcl or DEFAULT_BFCL)
     items = select(workloads, limit, args.seed, bfcl, args.quick)
@@ -163,6 +165,7 @@ def run_bench(
             "command": "ffwd bench " + " ".join(_argv()), "workloads": list(workloads),
             "limit": limit, "repeats": repeats, "seed": args.seed, "bfcl": list(bfcl),
             "quick": args.quick, "systems": [s.name for s in systems],
+            "fill": {k: v for k, v in asdict(fill).items() if k not in ("fill", "trace")},
             "items": [{"key": it.key, "kind": it.kind, "max_tokens": it.max_tokens,
                        "prompt_tokens": len(prompts[it.key])} for it in items],
         },

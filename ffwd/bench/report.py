@@ -205,7 +205,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"torch {env['torch']}, transformers {env['transformers']}, "
         f"llama-cpp-python {env.get('llama_cpp') or '—'}, Python {env['python']}. "
         f"Repeats: {settings['repeats']}, interleaved; load average "
-        f"{env['load_before']} before, {env['load_after']} after.", "",
+        f"{env['load_before']} before, {env['load_after']} after. Fill settings: "
+        + (", ".join(f"{k}={v}" for k, v in settings.get("fill", {}).items()) or "defaults")
+        + ".", "",
         "## Results", "",
         "Median over repeats of each workload's total; tokens/s = output ids (injected ids "
         "included) per wall second, prefill included; fwd/token = model forward calls per "
