@@ -127,15 +127,23 @@ class FillConfig:
         """A copy with per-request or CLI overrides applied (None values ignored)."""
         if not overrides:
             return self
-        changes: dict[str, Any] = {}
-        for key, raw in overrides.items():
-            if key not in _FILL_SETTINGS:
-                raise ValueError(
-                    f"unknown fill setting {key!r}: expected one of {', '.join(FILL_OVERRIDE_KEYS)}"
-                )
-            if raw is not None:
-                changes[key] = _FILL_SETTINGS[key][1](raw)
-        return replace(self, **changes)
+        return replace(self, **_parse_settings("fill", _FILL_SETTINGS, {}, overrides))
+
+
+def _parse_settings(
+    kind: str,
+    table: Mapping[str, tuple[str, Callable[[object], Any]]],
+    env: Mapping[str, str],
+    overrides: Mapping[str, object] | None,
+) -> dict[str, Any]:
+    """Parsed values from `env` (by variable name), then non-None `overrides` (by key)."""
+    values = {key: parse(env[var]) for key, (var, parse) in table.items() if var in env}
+    for key, raw in (overrides or {}).items():
+        if key not in table:
+            raise ValueError(f"unknown {kind} setting {key!r}: expected one of {', '.join(table)}")
+        if raw is not None:
+            values[key] = table[key][1](raw)
+    return values
 
 
 def resolve_fill_config(
@@ -143,11 +151,7 @@ def resolve_fill_config(
 ) -> FillConfig:
     """Fill settings from the environment (or `env`), then `overrides` on top."""
     env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    for key, (var, parse) in _FILL_SETTINGS.items():
-        if var in env:
-            values[key] = parse(env[var])
-    return FillConfig(**values).with_overrides(overrides)
+    return FillConfig(**_parse_settings("fill", _FILL_SETTINGS, env, overrides))
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -219,15 +223,4 @@ def resolve_engine_config(
 ) -> EngineConfig:
     """Engine settings from the environment (or `env`), then non-None `overrides` on top."""
     env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    for key, (var, parse) in _ENGINE_SETTINGS.items():
-        if var in env:
-            values[key] = parse(env[var])
-    for key, raw in (overrides or {}).items():
-        if key not in _ENGINE_SETTINGS:
-            raise ValueError(
-                f"unknown engine setting {key!r}: expected one of {', '.join(_ENGINE_SETTINGS)}"
-            )
-        if raw is not None:
-            values[key] = _ENGINE_SETTINGS[key][1](raw)
-    return EngineConfig(**values)
+    return EngineConfig(**_parse_settings("engine", _ENGINE_SETTINGS, env, overrides))

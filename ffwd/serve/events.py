@@ -9,10 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-
-@dataclass(frozen=True, slots=True)
-class ContentDelta:
-    text: str
+from ffwd.templates.formats.base import ContentDelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,3 +62,5 @@ class Finished:
 
 
 Event = ContentDelta | ToolCallDelta | Finished
+
+__all__ = ["ContentDelta", "Event", "Finished", "ToolCallDelta", "ToolCallOut", "Usage"]

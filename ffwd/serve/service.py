@@ -247,7 +247,7 @@ class _Calls:
             if isinstance(d, formats.ContentDelta):
                 if d.text:
                     self.content.append(d.text)
-                    self.emit(ContentDelta(d.text))
+                    self.emit(d)
                 continue
             first = d.index not in self.ids
             if first:
