@@ -30,7 +30,7 @@ from ffwd.bench import report
 from ffwd.bench.systems import ALL_SYSTEMS, Outcome, System, chat_request, parses
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
-DEFAULT_LIMIT, QUICK_LIMIT = 6, 1
+DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
 DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 
 
@@ -74,6 +74,7 @@ def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
     return {
         "workload": item.workload, "item": item.id, "kind": item.kind, "system": system,
         "repeat": repeat, "tokens": o.tokens, "seconds": round(o.seconds, 4),
+        "prefill_seconds": round(o.prefill_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
         "parsed": parses(o, item) if item.workload.startswith("tools") else None,

@@ -45,7 +45,8 @@ class Outcome:
     content: str
     calls: list[tuple[str, str]]  # (name, arguments as JSON text)
     tokens: int  # output ids, injected ones included, EOS excluded
-    seconds: float
+    seconds: float  # the whole request
+    prefill_seconds: float = 0.0  # until decoding starts (ffwd: prepare + prompt forward)
     forward_calls: int | None = None  # prefill included; None where unknown
     injected: int = 0
     verify_accepted: int = 0
@@ -102,11 +103,13 @@ class FfwdSystem:
         seconds = time.perf_counter() - t0
         done = events[-1]
         assert isinstance(done, Finished)
-        stats = done.ffwd["stats"]
+        info = done.ffwd
+        decode = info["seconds"] - info["prefill_seconds"]
         return Outcome(
             done.content or "", [(c.name, c.arguments) for c in done.tool_calls],
-            done.usage.completion_tokens, seconds, done.ffwd["forward_calls"],
-            stats["injected"], stats["verify_accepted"], stats["verify_rejected"],
+            done.usage.completion_tokens, seconds, seconds - decode, info["forward_calls"],
+            info["stats"]["injected"], info["stats"]["verify_accepted"],
+            info["stats"]["verify_rejected"],
         )
 
 
@@ -127,7 +130,9 @@ class Decoder:
     def has_call(self, item: Item, ids: Sequence[int]) -> bool:
         return bool(parse_output(self.format_name, item.tools, self.text(ids)).calls)
 
-    def finish(self, item: Item, ids: Sequence[int], seconds: float, calls: int | None) -> Outcome:
+    def finish(
+        self, item: Item, ids: Sequence[int], seconds: float, prefill: float, calls: int | None
+    ) -> Outcome:
         """Cut at EOS and, for single-call items, right after the call completes."""
         out = list(ids)
         for i, tok in enumerate(out):
@@ -139,8 +144,8 @@ class Decoder:
             end = next((n for n in range(1, len(out) + 1) if self.has_call(item, out[:n])), None)
             out = out[:end] if end else out
         parsed = parse_output(self.format_name, item.tools, self.text(out))
-        return replace(parsed, tokens=len(out), seconds=seconds, forward_calls=calls,
-                       token_ids=out)
+        return replace(parsed, tokens=len(out), seconds=seconds, prefill_seconds=prefill,
+                       forward_calls=calls, token_ids=out)
 
 
 # --- transformers generate --------------------------------------------------------
@@ -167,19 +172,20 @@ class HFGenerate:
         x = torch.tensor([prompt_ids], dtype=torch.long, device=self.model.device)
         stop = StoppingCriteriaList([_CallComplete(self.decoder, item, len(prompt_ids))]
                                     if item.single_call else [])
-        counter = _Counter()
+        counter, first = _Counter(), _FirstToken()
         hook = self.model.register_forward_pre_hook(counter)
         try:
             t0 = time.perf_counter()
             with torch.no_grad():
                 out = self.model.generate(
                     x, attention_mask=torch.ones_like(x), generation_config=config,
-                    stopping_criteria=stop,
+                    stopping_criteria=stop, streamer=first,
                 )
             seconds = time.perf_counter() - t0
         finally:
             hook.remove()
-        return self.decoder.finish(item, out[0, len(prompt_ids):].tolist(), seconds, counter.n)
+        new = out[0, len(prompt_ids) :].tolist()
+        return self.decoder.finish(item, new, seconds, (first.at or t0) - t0, counter.n)
 
 
 class _Counter:
@@ -190,6 +196,22 @@ class _Counter:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self.n += 1
+
+
+class _FirstToken:
+    """A `generate` streamer that notes when the first new id arrives (prefill done)."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+        self.at: float | None = None
+
+    def put(self, value: Any) -> None:
+        self.puts += 1
+        if self.puts == 2:  # the first put is the prompt
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
 
 
 class _CallComplete:
@@ -227,8 +249,10 @@ class LlamaCpp:
         self.llm.reset()  # no prompt cache carried over
         evals = self.llm.evals
         t0 = time.perf_counter()
+        first: float | None = None
         for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
                                      repeat_penalty=1.0, reset=True):
+            first = first or time.perf_counter()
             if tok in self.decoder.eos_ids:
                 break
             out.append(tok)
@@ -237,7 +261,7 @@ class LlamaCpp:
             ):
                 break
         seconds = time.perf_counter() - t0
-        return self.decoder.finish(item, out, seconds, self.llm.evals - evals)
+        return self.decoder.finish(item, out, seconds, (first or t0) - t0, self.llm.evals - evals)
 
 
 def _counting_llama() -> Any:

@@ -12,13 +12,15 @@ from ffwd.bench import report
 def run(workload: str, system: str, repeat: int, tokens: int, seconds: float,
         **extra: Any) -> dict[str, Any]:
     row = {"workload": workload, "item": "a", "system": system, "repeat": repeat,
-           "tokens": tokens, "seconds": seconds, "forward_calls": tokens, "injected": 0,
+           "tokens": tokens, "seconds": seconds + 0.5, "prefill_seconds": 0.5,
+           "forward_calls": tokens, "injected": 0,
            "verify_accepted": 0, "verify_rejected": 0, "parsed": None}
     return {**row, **extra}
 
 
 RUNS = [
-    # echo: ffwd-echo writes the same 100 ids in a quarter of the time.
+    # echo: ffwd-echo decodes the same 100 ids in a quarter of the time
+    # (`run` adds 0.5 s of prefill to every row).
     *(run("echo", "ffwd-off", r, 100, s) for r, s in enumerate((10.0, 11.0, 9.0))),
     *(run("echo", "ffwd-echo", r, 100, s, forward_calls=30, injected=70, verify_accepted=70,
           verify_rejected=30) for r, s in enumerate((2.5, 2.6, 2.4))),
@@ -34,7 +36,8 @@ RUNS = [
 def test_summary_takes_medians_over_repeats() -> None:
     s = report.summarize(RUNS)
     off = s["echo"]["ffwd-off"]
-    assert (off["seconds"], off["seconds_min"], off["seconds_max"]) == (10.0, 9.0, 11.0)
+    assert (off["seconds"], off["seconds_min"], off["seconds_max"]) == (10.5, 9.5, 11.5)
+    assert off["prefill_seconds"] == 0.5
     assert off["tokens_per_s"] == pytest.approx(10.0)
     assert off["repeats"] == 3 and off["items"] == 1
     echo = s["echo"]["ffwd-echo"]
@@ -68,7 +71,7 @@ def test_targets_and_default() -> None:
     gap = targets["tools/required: replay bound - injected fraction (ffwd-strict)"]
     assert gap["value"] == pytest.approx(0.1) and gap["met"] is True
     assert targets["prose: ffwd-echo vs ffwd-off"]["met"] is True  # 2% slower
-    assert targets["echo: ffwd-off vs hf-generate (tokens/s)"]["met"] is True
+    assert targets["echo: ffwd-off vs hf-generate (decode tok/s)"]["met"] is True
     assert report.default_fill(sp)["fill"] == "echo"
     slow = [*RUNS[:-1], run("prose", "ffwd-echo", 0, 100, 10.5)]
     assert report.default_fill(report.speedups(report.summarize(slow)))["fill"] == "strict"
@@ -98,8 +101,8 @@ def test_markdown_has_every_section() -> None:
         "default_fill": report.default_fill(sp),
     }
     md = report.render_markdown(results)
-    for needle in ("| echo | ffwd-echo | 1 | 100 | 2.50 (2.40–2.60) | 40.0 | 0.30 | 70% | 70% "
-                   "| — | 4.00x |", "## Speedups", "## Replay bound (tools)",
+    row = "| echo | ffwd-echo | 1 | 100 | 3.00 (2.90–3.10) | 0.50 | 40.0 | 0.30 | 70% | 70% "
+    for needle in (row + "| — | 4.00x |", "## Speedups", "## Replay bound (tools)",
                    "| required | 70% | 60% |",
                    "`llamacpp`: llama-cpp-python is not installed", "first differs at 3",
                    "Recommended default fill: **echo**", "ffwd bench --quick"):
