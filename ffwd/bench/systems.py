@@ -237,9 +237,12 @@ class LlamaCpp:
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
         draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup) if lookup else None
+        # logits_all with the draft: llama-cpp-python 0.3.36 then keeps logits for
+        # every position, but sizes that buffer from the argument, so a prompt
+        # longer than n_batch overflows it unless the argument says so too.
         self.llm = _counting_llama()(
             model_path=gguf, n_ctx=4096, n_batch=512, n_threads=threads,
-            n_threads_batch=threads, draft_model=draft, verbose=False,
+            n_threads_batch=threads, draft_model=draft, logits_all=bool(lookup), verbose=False,
         )
         self.decoder = decoder
         self.name = "llamacpp-lookup" if lookup else "llamacpp"
