@@ -57,6 +57,8 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
     accepted = sum(r["verify_accepted"] for r in every)
     verified = accepted + sum(r["verify_rejected"] for r in every)
     parsed = [r["parsed"] for r in every if r.get("parsed") is not None]
+    calls = [r for r in every if r.get("parsed")]
+    call_tokens = sum(r["tokens"] for r in calls)
     return {
         "items": len(next(iter(reps.values()))),
         "repeats": len(reps),
@@ -72,6 +74,10 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
         "injected_fraction": sum(r["injected"] for r in every) / n_tokens if n_tokens else 0.0,
         "accepted_fraction": accepted / verified if verified else None,
         "parse_rate": sum(parsed) / len(parsed) if parsed else None,
+        # the same share over outputs that parsed as calls only (what replay measures)
+        "injected_fraction_calls": (
+            sum(r["injected"] for r in calls) / call_tokens if call_tokens else None
+        ),
     }
 
 
@@ -122,12 +128,22 @@ def check_targets(
     v = _ratio(sp, "prose", "ffwd-echo", BASELINE)
     out.append(_target("prose: ffwd-echo vs ffwd-off", v, f">= {1 - PROSE_BUDGET:.2f}x",
                        None if v is None else v >= 1 - PROSE_BUDGET))
-    for workload in summary:
-        v = _ratio(sp, workload, BASELINE, "hf-generate")
-        if v is not None:
-            out.append(_target(f"{workload}: ffwd-off vs hf-generate (decode tok/s)", v, ">= 1.0x",
-                               v >= 1.0))
+    v = _overall_ratio(summary, BASELINE, "hf-generate")
+    out.append(_target("all workloads: ffwd-off vs hf-generate (decode tok/s)", v, ">= 1.0x",
+                       None if v is None else v >= 1.0))
     return out
+
+
+def _overall_ratio(summary: Mapping[str, Mapping[str, Mapping[str, Any]]], a: str, b: str
+                   ) -> float | None:
+    """Decode throughput of `a` over `b` on everything both ran (median totals summed)."""
+    rates = []
+    for name in (a, b):
+        rows = [s[name] for s in summary.values() if a in s and b in s]
+        decode = sum(m["seconds"] - m["prefill_seconds"] for m in rows)
+        rates.append(sum(m["tokens"] for m in rows) / decode if decode > 0 else None)
+    ra, rb = rates
+    return ra / rb if ra is not None and rb else None
 
 
 def default_fill(sp: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,14 +245,17 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     lines += ["", "## Speedups", *speedup_tables(sp)]
     if results.get("bound"):
         lines += ["", "## Replay bound (tools)", "",
-                  "| tool_choice | replay bound | ffwd-strict injected | ffwd-echo injected |",
+                  "Replay: the share of the ground-truth calls' ids (through the end of the "
+                  "turn) that the strict rows inject, without a model. Measured: the share of "
+                  "ffwd-strict's output ids injected, over all outputs and over those that "
+                  "parsed as calls.", "",
+                  "| tool_choice | replay bound | ffwd-strict injected | … on parsed calls |",
                   "|---|---:|---:|---:|"]
         for choice, frac in results["bound"].items():
-            row = summary.get(f"tools/{choice}", {})
+            strict = summary.get(f"tools/{choice}", {}).get("ffwd-strict", {})
             lines.append(
-                f"| {choice} | {frac:.0%} | "
-                f"{_pct(row.get('ffwd-strict', {}).get('injected_fraction'))} | "
-                f"{_pct(row.get('ffwd-echo', {}).get('injected_fraction'))} |"
+                f"| {choice} | {frac:.0%} | {_pct(strict.get('injected_fraction'))} | "
+                f"{_pct(strict.get('injected_fraction_calls'))} |"
             )
     lines += ["", "## Correctness (greedy)", "", *correctness_lines(results["correctness"])]
     lines += ["", "## Targets", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
