@@ -53,12 +53,12 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
     rates = [t / d if d > 0 else 0.0 for t, d in zip(tokens, decode, strict=True)]
     every = [r for rs in reps.values() for r in rs]
     n_tokens = sum(r["tokens"] for r in every)
-    calls = [r["forward_calls"] for r in every]
+    forwards = [r["forward_calls"] for r in every]
     accepted = sum(r["verify_accepted"] for r in every)
     verified = accepted + sum(r["verify_rejected"] for r in every)
     parsed = [r["parsed"] for r in every if r.get("parsed") is not None]
-    calls = [r for r in every if r.get("parsed")]
-    call_tokens = sum(r["tokens"] for r in calls)
+    call_runs = [r for r in every if r.get("parsed")]
+    call_tokens = sum(r["tokens"] for r in call_runs)
     return {
         "items": len(next(iter(reps.values()))),
         "repeats": len(reps),
@@ -69,14 +69,14 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
         "prefill_seconds": _median(prefill),
         "tokens_per_s": _median(rates),
         "forwards_per_token": (
-            sum(calls) / n_tokens if n_tokens and None not in calls else None
+            sum(forwards) / n_tokens if n_tokens and None not in forwards else None
         ),
         "injected_fraction": sum(r["injected"] for r in every) / n_tokens if n_tokens else 0.0,
         "accepted_fraction": accepted / verified if verified else None,
         "parse_rate": sum(parsed) / len(parsed) if parsed else None,
         # the same share over outputs that parsed as calls only (what replay measures)
         "injected_fraction_calls": (
-            sum(r["injected"] for r in calls) / call_tokens if call_tokens else None
+            sum(r["injected"] for r in call_runs) / call_tokens if call_tokens else None
         ),
     }
 
