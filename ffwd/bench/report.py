@@ -280,7 +280,7 @@ def plot(summary: Mapping[str, Any], sp: Mapping[str, Any], path: Path) -> None:
     workloads = list(summary)
     systems = [s for s in dict.fromkeys(n for w in workloads for n in summary[w]) if s != BASELINE]
     width = 0.8 / max(1, len(systems))
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(workloads)), 4.0))
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.8 * len(workloads)) + 2.0, 4.0))
     for i, name in enumerate(systems):
         xs = [w + (i - (len(systems) - 1) / 2) * width for w in range(len(workloads))]
         ys = [sp[w].get(name, {}).get(BASELINE) or 0.0 for w in workloads]
@@ -288,7 +288,7 @@ def plot(summary: Mapping[str, Any], sp: Mapping[str, Any], path: Path) -> None:
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(workloads)), workloads)
     ax.set_ylabel("speedup vs ffwd-off (decode tokens/s)")
-    ax.legend(fontsize="small", ncols=2)
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
