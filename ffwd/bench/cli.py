@@ -145,8 +145,9 @@ def run_bench(
     tokenizer = load_tokenizer(ref)
     backend = load_backend(ref, dtype=args.dtype, threads=args.threads)
     # FFWD_FILL_* settings (k, max span, ...) apply; each system sets the mode.
+    # No prompt cache: every system prefills every prompt from scratch.
     fill = resolve_fill_config()
-    service = ModelService(backend, tokenizer, ref.name, fill)
+    service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     bfcl = tuple(args.bfcl or DEFAULT_BFCL)
     items = select(workloads, limit, args.seed, bfcl, args.quick)
