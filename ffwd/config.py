@@ -147,11 +147,17 @@ def _parse_settings(
 
 
 def resolve_fill_config(
-    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, object] | None = None,
+    default_mode: FillMode = "off",
 ) -> FillConfig:
-    """Fill settings from the environment (or `env`), then `overrides` on top."""
+    """Fill settings from the environment (or `env`), then `overrides` on top.
+
+    `default_mode` applies when neither says which mode (the server passes its own).
+    """
     env = os.environ if env is None else env
-    return FillConfig(**_parse_settings("fill", _FILL_SETTINGS, env, overrides))
+    base = FillConfig(fill=resolve_fill_mode(default_mode))
+    return replace(base, **_parse_settings("fill", _FILL_SETTINGS, env, overrides))
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -96,3 +96,9 @@ def test_no_other_module_reads_the_environment() -> None:
         if p.name != "config.py" and ("os.environ" in p.read_text() or "getenv" in p.read_text())
     ]
     assert offenders == []
+
+
+def test_default_mode_applies_only_when_nothing_says_which() -> None:
+    assert resolve_fill_config({}, default_mode="echo").fill == "echo"
+    assert resolve_fill_config({"FFWD_FILL": "off"}, default_mode="echo").fill == "off"
+    assert resolve_fill_config({}, {"fill": "strict"}, default_mode="echo").fill == "strict"
