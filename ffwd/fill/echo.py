@@ -98,7 +98,8 @@ class EchoSource:
                 key = tuple(hist[-k:])
                 bucket = self._index.get(key)
                 if bucket is None:
-                    bucket = self._index[key] = deque(maxlen=self.config.max_candidates)
+                    # +1: the newest entry is the present tail itself, never a candidate.
+                    bucket = self._index[key] = deque(maxlen=self.config.max_candidates + 1)
                 bucket.appendleft(self._base + len(hist) - 1)
         # Forget in batches so that trimming the front of the list stays
         # amortised O(1) per id.

@@ -71,10 +71,15 @@ def test_delimiter_ends_the_walk_inclusive() -> None:
 def test_nearest_candidates_first_and_capped() -> None:
     hist = [1, 2, 7, 1, 2, 8, 1, 2, 9, 1, 2]
     src = echo(hist, max_candidates=2)
-    # Only the two most recent earlier occurrences are kept (plus the present).
-    assert src.candidates((1, 2)) == [10, 7]
-    src3 = echo(hist, max_candidates=3)
-    assert src3.candidates((1, 2)) == [10, 7, 4]
+    # The present plus the two most recent earlier occurrences are kept.
+    assert src.candidates((1, 2)) == [10, 7, 4]
+    src1 = echo(hist, max_candidates=1)
+    assert src1.candidates((1, 2)) == [10, 7]
+
+
+def test_one_candidate_still_copies() -> None:
+    p = echo([10, 11, 12, 13, 0, 10, 11], max_candidates=1).propose(View())
+    assert p is not None and p.ids[:2] == (12, 13)
 
 
 def test_observe_indexes_new_ids() -> None:
