@@ -214,10 +214,11 @@ def _error_response(exc: APIError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
 
-def _raise_failure(item: BaseException) -> None:
-    if isinstance(item, APIError):
-        raise item
-    raise APIError(500, f"generation failed: {type(item).__name__}: {item}", type="server_error")
+def _as_api_error(exc: BaseException) -> APIError:
+    """What a failed generation tells the client (a 500 unless it was an APIError)."""
+    if isinstance(exc, APIError):
+        return exc
+    return APIError(500, f"generation failed: {type(exc).__name__}: {exc}", type="server_error")
 
 
 async def _whole(
@@ -236,7 +237,7 @@ async def _whole(
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
-                _raise_failure(item)
+                raise _as_api_error(item)
             if isinstance(item, ContentDelta | ToolCallDelta):
                 meta.mark_token(metrics)
             elif isinstance(item, Finished):
@@ -273,12 +274,15 @@ def _chunk(meta: _Meta, delta: dict[str, Any] | None, finish: str | None = None,
     if meta.kind == "chat":
         choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": None,
                                   "finish_reason": finish}
-        obj = "chat.completion.chunk"
     else:
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-        obj = "text_completion"
-    body = {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model,
-            "choices": [choice]}
+    return _event(meta, choices=[choice])
+
+
+def _event(meta: _Meta, **fields: Any) -> str:
+    """One SSE event: the stream's common envelope plus `fields`."""
+    obj = "chat.completion.chunk" if meta.kind == "chat" else "text_completion"
+    body = {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model, **fields}
     return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
 
@@ -293,9 +297,7 @@ async def _sse(
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
-                err = item if isinstance(item, APIError) else APIError(
-                    500, f"generation failed: {type(item).__name__}: {item}", type="server_error")
-                yield f"data: {json.dumps(err.body())}\n\n"
+                yield f"data: {json.dumps(_as_api_error(item).body())}\n\n"
                 break
             if isinstance(item, ContentDelta):
                 meta.mark_token(metrics)
@@ -307,19 +309,12 @@ async def _sse(
                 metrics.observe_finished(item)
                 yield _chunk(meta, {}, finish=item.finish_reason)
                 if include_usage:
-                    body = {"id": meta.id, "object": _obj(meta), "created": meta.created,
-                            "model": meta.model, "choices": [], "usage": item.usage.as_openai(),
-                            "ffwd": item.ffwd}
-                    yield f"data: {json.dumps(body)}\n\n"
+                    yield _event(meta, choices=[], usage=item.usage.as_openai(), ffwd=item.ffwd)
                 metrics.latency.observe(time.perf_counter() - meta.started)
         yield "data: [DONE]\n\n"
     finally:
         # The client went away (or we are done): stop the generation within a step.
         job.cancel()
-
-
-def _obj(meta: _Meta) -> str:
-    return "chat.completion.chunk" if meta.kind == "chat" else "text_completion"
 
 
 def _tool_delta(d: ToolCallDelta) -> dict[str, Any]:

@@ -180,10 +180,9 @@ class ModelService:
 
     def run(self, prep: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None:
         compiled = prep.compiled
-        parser = _Calls(compiled.format.new_parser(prep.tools), emit) if compiled else None
-        if parser is None and prep.tools:
-            # Tools on but no strict rows (fill off, tool_choice auto): still parse calls.
-            parser = _Calls(formats.get_format(self.format_name).new_parser(prep.tools), emit)
+        # Calls are parsed whenever tools are shown, with or without strict rows.
+        fmt = formats.get_format(self.format_name)
+        parser = _Calls(fmt.new_parser(prep.tools), emit) if prep.tools else None
         context: ToolCallContext | None = compiled.new_context() if compiled else None
 
         def stop_now() -> bool:
