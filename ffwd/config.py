@@ -87,7 +87,6 @@ _FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "index_max": ("FFWD_FILL_INDEX_MAX", _int_at_least("FFWD_FILL_INDEX_MAX", 1024)),
     "trace": ("FFWD_FILL_TRACE", _trace),
 }
-FILL_OVERRIDE_KEYS: tuple[str, ...] = tuple(_FILL_SETTINGS)
 
 
 @dataclass(frozen=True, slots=True)
