@@ -48,9 +48,29 @@ FinishReason = Literal["stop", "length", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The model's own log-probability of an emitted id (raw logits, before any sampling
+    setting) and the `top` most likely ids at that position, most likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class TokenEvent:
     token_id: int
     origin: TokenOrigin
+    logprob: TokenLogprob | None = None  # when the generation asked for logprobs
+
+
+def token_logprob(row: torch.Tensor, token_id: int, top: int = 0) -> TokenLogprob:
+    """`token_id`'s log-probability under the logits `row`, and the `top` best ids."""
+    lp = torch.log_softmax(row.float(), dim=-1)
+    best: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        vals, ids = torch.topk(lp, min(top, lp.shape[-1]))
+        best = tuple(zip(ids.tolist(), vals.tolist(), strict=True))
+    return TokenLogprob(float(lp[token_id]), best)
 
 
 @dataclass(slots=True)
@@ -63,7 +83,24 @@ class _Run:
     max_tokens: int
     probe_first: bool
     trace: TraceWriter | None
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs
     out: list[int] = field(default_factory=list)
+    row: torch.Tensor | None = None  # the logits the next sampled id is drawn from
+
+    @property
+    def all_rows(self) -> bool:
+        """Whether assert spans need every row (the trace, or logprobs of injected ids)."""
+        return self.trace is not None or self.logprobs is not None
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """Sample from `logits`, keeping the row for the id's logprob."""
+        self.row = logits
+        return self.sampler.sample(logits, self.out)
+
+    def logprob(self, row: torch.Tensor | None, token: int) -> TokenLogprob | None:
+        if self.logprobs is None or row is None:
+            return None
+        return token_logprob(row, token, self.logprobs)
 
 
 def default_probe_first(backend: Backend) -> bool:
@@ -92,16 +129,19 @@ def generate_step(
     probe_first: bool | None = None,
     trace: TraceWriter | None = None,
     check_cache: bool = False,
+    logprobs: int | None = None,
 ) -> Generator[TokenEvent, None, None]:
     """Yield the ids that follow what `backend` holds (call `backend.prefill` first).
 
     `session` (optional) proposes spans after each sampled id; `trace` gets one
     record per proposal; `check_cache` asserts after every step that the
-    cache holds the prompt plus exactly the emitted ids.
+    cache holds the prompt plus exactly the emitted ids. With `logprobs` (the
+    number of alternatives, 0 for none) every event carries a `TokenLogprob`,
+    injected ids included, read from the rows of the forward that checked them.
     """
     run = _Run(
         backend, sampler, session, max_tokens,
-        default_probe_first(backend) if probe_first is None else probe_first, trace,
+        default_probe_first(backend) if probe_first is None else probe_first, trace, logprobs,
     )
     prompt_len = backend.cache_len
     # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
@@ -109,7 +149,7 @@ def generate_step(
     if opening is not None:
         token = yield from _assert_step(run, [], opening)
     else:
-        token = sampler.sample(backend.last_logits, run.out)
+        token = run.pick(backend.last_logits)
     while token is not None:
         if check_cache and backend.cache_len != prompt_len + len(run.out):
             raise AssertionError(
@@ -118,7 +158,7 @@ def generate_step(
             )
         # 1. emit the sampled id; an EOS id ends here.
         run.out.append(token)
-        yield TokenEvent(token, "sampled")
+        yield TokenEvent(token, "sampled", run.logprob(run.row, token))
         if token in backend.eos_ids:
             return
         # 2. ask the fill session what follows, within the remaining budget
@@ -130,7 +170,7 @@ def generate_step(
             return
         # 3. nothing known: a plain decode step.
         if proposal is None:
-            token = sampler.sample(backend.append([token]), run.out)
+            token = run.pick(backend.append([token]))
         # 4. determined ids: forward them together with the sampled id.
         elif proposal.policy == "assert":
             token = yield from _assert_step(run, [token], proposal)
@@ -140,16 +180,17 @@ def generate_step(
 
 
 def _emit(
-    run: _Run, proposal: Proposal, ids: Sequence[int]
+    run: _Run, proposal: Proposal, ids: Sequence[int], rows: torch.Tensor | None
 ) -> Generator[TokenEvent, None, None]:
-    """Yield injected ids; commit however many the consumer actually took."""
+    """Yield injected ids (row j of `rows` predicts ids[j]); commit however many were taken."""
     assert run.session is not None
     sent = 0
     try:
-        for tok in ids:
+        for j, tok in enumerate(ids):
             run.out.append(tok)
             sent += 1
-            yield TokenEvent(tok, proposal.origin)
+            row = None if rows is None else rows[j]
+            yield TokenEvent(tok, proposal.origin, run.logprob(row, tok))
     finally:
         run.session.commit(proposal, sent)
 
@@ -176,19 +217,21 @@ def _assert_step(
     span = list(proposal.ids)
     last = len(run.out) + len(span) >= run.max_tokens
     logits: torch.Tensor | None = None
-    # A span that uses up the budget needs no forward: nothing reads its logits.
-    if not last or run.trace is not None:
+    rows: torch.Tensor | None = None
+    # A span that uses up the budget needs no forward, unless its rows are read.
+    if not last or run.all_rows:
         prev = run.backend.last_logits
-        logits = _forward_chunks(run, [*head, *span], all_rows=run.trace is not None)
-    if run.trace is not None and logits is not None:
+        logits = _forward_chunks(run, [*head, *span], all_rows=run.all_rows)
+    if run.all_rows and logits is not None:
         # Row j must predict span position j: without a head that is the row before.
         rows = logits if head else torch.cat([prev[None], logits])
-        _write_trace(run, proposal, rows[: len(span)], len(span))
+        if run.trace is not None:
+            _write_trace(run, proposal, rows[: len(span)], len(span))
         logits = rows[-1]
-    yield from _emit(run, proposal, span)
+    yield from _emit(run, proposal, span, rows)
     if last or logits is None:
         return None
-    return run.sampler.sample(logits, run.out)
+    return run.pick(logits)
 
 
 def _verify_step(
@@ -199,7 +242,7 @@ def _verify_step(
     if b.max_append < 2 or not (b.can_rewind or b.can_checkpoint):
         session.commit(proposal, 0)
         session.note_verify_unsupported()
-        return sampler.sample(b.append([token]), run.out)
+        return run.pick(b.append([token]))
     span = list(proposal.ids[: b.max_append - 1])
     if run.probe_first:
         # Position 0 alone first: a rejection there costs exactly a plain step.
@@ -210,6 +253,7 @@ def _verify_step(
             if run.trace is not None:
                 _write_trace(run, proposal, row0[None], 0)
             session.commit(proposal, 0)
+            run.row = row0
             return first.next_id
         replay_from: list[int] = []
         saved, ms = _checkpoint(b)
@@ -226,9 +270,10 @@ def _verify_step(
     session.note_verify_event(ms)
     if run.trace is not None:
         _write_trace(run, proposal, rows[: len(span)], verdict.accepted)
-    yield from _emit(run, proposal, span[: verdict.accepted])
+    yield from _emit(run, proposal, span[: verdict.accepted], rows)
     if len(run.out) >= run.max_tokens:
         return None
+    run.row = rows[verdict.accepted]  # the replacement's row, or the one after the span
     return verdict.next_id
 
 
@@ -389,6 +434,7 @@ class StreamChunk:
     origin: TokenOrigin | None
     finish_reason: FinishReason | None = None
     result: GenerationResult | None = None
+    logprob: TokenLogprob | None = None
 
 
 def open_session(
@@ -430,11 +476,13 @@ def stream_generate(
     strict_context: StrictFillContext | None = None,
     cancelled: Callable[[], bool] | None = None,
     probe_first: bool | None = None,
+    logprobs: int | None = None,
 ) -> Iterator[StreamChunk]:
     """Prefill `prompt_ids` and stream the generation as text chunks.
 
     `plan=None` or ``fill.fill == "off"`` decodes plainly. Tracing follows
     `fill.trace` (records to `fill.trace_path`; cache checks whenever on).
+    `logprobs` (see `generate_step`) puts a `TokenLogprob` on every id's chunk.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens}: expected an integer >= 1")
@@ -450,7 +498,7 @@ def stream_generate(
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
     steps = generate_step(
         backend, make_sampler(params, prompt_ids), max_tokens=max_tokens, session=session,
-        probe_first=probe_first, trace=trace, check_cache=fill.trace_checks,
+        probe_first=probe_first, trace=trace, check_cache=fill.trace_checks, logprobs=logprobs,
     )
     detok, stops = Detokenizer(tokenizer), StopMatcher(stop)
     ids: list[int] = []
@@ -467,7 +515,7 @@ def stream_generate(
             origins.append(event.origin)
             released, hit_stop = stops.feed(detok.add(event.token_id))
             text.append(released)
-            yield StreamChunk(released, event.token_id, event.origin)
+            yield StreamChunk(released, event.token_id, event.origin, logprob=event.logprob)
             if hit_stop:
                 finish = "stop"
                 break
