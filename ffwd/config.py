@@ -6,13 +6,17 @@ the variable, the value and what is accepted; nothing falls back silently.
 No other module in the package reads `os.environ`.
 
     FFWD_FILL                   off|strict|echo (0/1 alias off/strict)   off
-    FFWD_FILL_MAX_SPAN          longest injected span, >= 2               32
+    FFWD_FILL_MAX_SPAN          longest injected span, 2..4096            32
     FFWD_FILL_APPEND_CHUNK_SIZE ids per append forward, 0 = backend max   0
-    FFWD_FILL_K                 echo anchor length, >= 2                  8
-    FFWD_FILL_CANDIDATES        echo occurrences kept per k-gram, >= 1    24
+    FFWD_FILL_K                 echo anchor length, 2..64                 8
+    FFWD_FILL_CANDIDATES        echo occurrences kept per k-gram, 1..1024 24
     FFWD_FILL_INDEX_MAX         ids the echo index remembers, >= 1024     131072
     FFWD_FILL_TRACE             1 (checks) or a .jsonl path (records)     off
     FFWD_CACHE_DIR              converted models and tokenizers           ~/.cache/ffwd
+
+A request's ``ffwd`` object may override the fill settings (`FillConfig.for_request`),
+with JSON types only and never a resource of the server: tracing can be switched
+off, or on when the operator configured it, but the trace file is the server's.
 """
 
 from __future__ import annotations
@@ -42,18 +46,31 @@ def resolve_fill_mode(raw: object) -> FillMode:
     key = raw.strip().lower() if isinstance(raw, str) else raw
     if isinstance(key, str) and key in _MODE_ALIASES:
         return _MODE_ALIASES[key]
-    raise ValueError(f"FFWD_FILL={raw!r}: expected off|strict|echo (or 0/1 for off/strict)")
+    raise SettingError("FFWD_FILL", raw, "off|strict|echo (or 0/1 for off/strict)")
 
 
-def _int_at_least(var: str, minimum: int) -> Callable[[object], int]:
+class SettingError(ValueError):
+    """A malformed setting; `name` is the variable (or the request's ``ffwd.<key>``)."""
+
+    def __init__(self, name: str, raw: object, expected: str, message: str | None = None) -> None:
+        super().__init__(message or f"{name}={raw!r}: expected {expected}")
+        self.name = name
+        self.expected = expected
+
+
+def _int_in(var: str, minimum: int, maximum: int | None = None) -> Callable[[object], int]:
+    """A parser of integers in ``[minimum, maximum]`` (digits only: no signs, no floats)."""
+    expected = f"an integer >= {minimum}" if maximum is None else (
+        f"an integer from {minimum} to {maximum}")
+
     def parse(raw: object) -> int:
         value: int | None = None
         if isinstance(raw, int) and not isinstance(raw, bool):
             value = raw
-        elif isinstance(raw, str) and raw.strip().lstrip("+").isdigit():
+        elif isinstance(raw, str) and raw.strip().lstrip("+").isdigit() and len(raw) < 20:
             value = int(raw.strip())
-        if value is None or value < minimum:
-            raise ValueError(f"{var}={raw!r}: expected an integer >= {minimum}")
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise SettingError(var, raw, expected)
         return value
 
     return parse
@@ -72,20 +89,25 @@ def _trace(raw: object) -> str | bool:
         if s.lower() in ("1", "true", "on", "yes"):
             return True
         return s
-    raise ValueError(f"FFWD_FILL_TRACE={raw!r}: expected 1, 0 or a path to a .jsonl file")
+    raise SettingError("FFWD_FILL_TRACE", raw, "1, 0 or a path to a .jsonl file")
 
 
 # override key -> (environment variable, parser)
 _FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "fill": ("FFWD_FILL", resolve_fill_mode),
-    "max_span": ("FFWD_FILL_MAX_SPAN", _int_at_least("FFWD_FILL_MAX_SPAN", 2)),
+    "max_span": ("FFWD_FILL_MAX_SPAN", _int_in("FFWD_FILL_MAX_SPAN", 2, 4096)),
     "append_chunk_size": (
-        "FFWD_FILL_APPEND_CHUNK_SIZE", _int_at_least("FFWD_FILL_APPEND_CHUNK_SIZE", 0),
+        "FFWD_FILL_APPEND_CHUNK_SIZE", _int_in("FFWD_FILL_APPEND_CHUNK_SIZE", 0, 1 << 16),
     ),
-    "k": ("FFWD_FILL_K", _int_at_least("FFWD_FILL_K", 2)),
-    "candidates": ("FFWD_FILL_CANDIDATES", _int_at_least("FFWD_FILL_CANDIDATES", 1)),
-    "index_max": ("FFWD_FILL_INDEX_MAX", _int_at_least("FFWD_FILL_INDEX_MAX", 1024)),
+    "k": ("FFWD_FILL_K", _int_in("FFWD_FILL_K", 2, 64)),
+    "candidates": ("FFWD_FILL_CANDIDATES", _int_in("FFWD_FILL_CANDIDATES", 1, 1024)),
+    "index_max": ("FFWD_FILL_INDEX_MAX", _int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
     "trace": ("FFWD_FILL_TRACE", _trace),
+}
+# The JSON type each request override must have (strict: no "8" for 8, no true for 1).
+REQUEST_FILL_TYPES: dict[str, type] = {
+    "fill": str, "max_span": int, "append_chunk_size": int, "k": int, "candidates": int,
+    "index_max": int, "trace": bool,
 }
 
 
@@ -123,10 +145,53 @@ class FillConfig:
         )
 
     def with_overrides(self, overrides: Mapping[str, object] | None) -> FillConfig:
-        """A copy with per-request or CLI overrides applied (None values ignored)."""
+        """A copy with trusted (CLI, library) overrides applied (None values ignored)."""
         if not overrides:
             return self
         return replace(self, **_parse_settings("fill", _FILL_SETTINGS, {}, overrides))
+
+    def for_request(self, overrides: Mapping[str, object] | None) -> FillConfig:
+        """A copy with a request's ``ffwd`` overrides applied, under the request rules.
+
+        Values must have their JSON type (`REQUEST_FILL_TYPES`) and the same
+        ranges as the variables. ``trace`` is a switch only: ``false`` turns
+        tracing off for this request, ``true`` keeps the server's own setting
+        and is refused when the operator did not configure tracing. A request
+        never names a file. Raises `SettingError` named ``ffwd.<key>``.
+
+        >>> FillConfig(trace="/var/log/t.jsonl").for_request({"trace": False}).trace
+        False
+        >>> FillConfig().for_request({"k": "4"})
+        Traceback (most recent call last):
+        ...
+        ffwd.config.SettingError: ffwd.k='4': expected a JSON integer
+        """
+        values: dict[str, Any] = {}
+        for key, raw in (overrides or {}).items():
+            name = f"ffwd.{key}"
+            kind = REQUEST_FILL_TYPES.get(key)
+            if kind is None:
+                keys = ", ".join(REQUEST_FILL_TYPES)
+                msg = f"unknown setting {name}: expected one of {keys}"
+                raise SettingError(name, raw, keys, msg)
+            if raw is None:
+                continue
+            if type(raw) is not kind:
+                raise SettingError(name, raw, f"a JSON {_JSON_NAMES[kind]}")
+            if key == "trace":
+                if raw and self.trace is False:
+                    raise SettingError(name, raw, "false: tracing is off on this server (the "
+                                       "operator turns it on with FFWD_FILL_TRACE or --fill-trace)")
+                values[key] = self.trace if raw else False
+                continue
+            try:
+                values[key] = _FILL_SETTINGS[key][1](raw)
+            except SettingError as exc:
+                raise SettingError(name, raw, exc.expected) from None
+        return replace(self, **values)
+
+
+_JSON_NAMES = {str: "string", int: "integer", bool: "boolean (true or false)"}
 
 
 def _parse_settings(
@@ -190,7 +255,7 @@ def resolve_dtype(raw: object) -> Dtype:
     for d in DTYPES:
         if key == d:
             return d
-    raise ValueError(f"FFWD_DTYPE={raw!r}: expected one of {'|'.join(DTYPES)}")
+    raise SettingError("FFWD_DTYPE", raw, f"one of {'|'.join(DTYPES)}")
 
 
 def resolve_device(raw: object) -> str:
@@ -202,14 +267,14 @@ def resolve_device(raw: object) -> str:
         return "auto"
     if s in ("cpu", "cuda") or (s.startswith("cuda:") and s[5:].isdigit()):
         return s
-    raise ValueError(f"FFWD_DEVICE={raw!r}: expected auto, cpu, cuda or cuda:N")
+    raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
 
 
 _ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "dtype": ("FFWD_DTYPE", resolve_dtype),
     "device": ("FFWD_DEVICE", resolve_device),
-    "threads": ("FFWD_THREADS", _int_at_least("FFWD_THREADS", 0)),
-    "prefill_chunk": ("FFWD_PREFILL_CHUNK", _int_at_least("FFWD_PREFILL_CHUNK", 1)),
+    "threads": ("FFWD_THREADS", _int_in("FFWD_THREADS", 0, 1024)),
+    "prefill_chunk": ("FFWD_PREFILL_CHUNK", _int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
 }
 
 

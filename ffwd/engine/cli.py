@@ -1,8 +1,10 @@
 """`ffwd generate`: one generation from a prompt, printed as text or JSON.
 
-The prompt goes through the model's chat template as a user turn unless
-``--raw``. With ``--fill strict|echo`` the decode loop runs a fill session
-(no tools here, so strict has no rows to fire; echo copies from the context).
+The prompt goes through the chat template as a user turn unless ``--raw``:
+the same template and rendering as the server (`templates.render.encode_chat`),
+so both count the same prompt tokens. With ``--fill strict|echo`` the decode
+loop runs a fill session (no tools here, so strict has no rows to fire; echo
+copies from the context).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from typing import Any
 
 from ffwd.config import FILL_MODES, resolve_engine_config, resolve_fill_config
+from ffwd.templates.render import encode_chat, resolve_template
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,21 +31,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="auto|cpu|cuda (FFWD_DEVICE)")
     parser.add_argument("--threads", default=None, help="torch threads (FFWD_THREADS)")
     parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
+    parser.add_argument("--tool-format", default=None,
+                        help="template choice as in `ffwd serve` (default: detected)")
     parser.add_argument("--fill", default=None, choices=FILL_MODES, help="FFWD_FILL")
     parser.add_argument("--max-span", default=None, help="FFWD_FILL_MAX_SPAN")
     parser.add_argument("--trace", default=None, help="FFWD_FILL_TRACE: 1 or a .jsonl path")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def prompt_ids(tokenizer: Any, prompt: str, raw: bool) -> list[int]:
-    """The prompt as ids: raw text, or a user turn through the chat template."""
+def prompt_ids(tokenizer: Any, prompt: str, raw: bool, tool_format: str | None = None) -> list[int]:
+    """The prompt as ids: raw text, or a user turn rendered exactly as the server does."""
     if raw:
-        return list(tokenizer.encode(prompt, add_special_tokens=False))
-    messages = [{"role": "user", "content": prompt}]
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(out, dict) or hasattr(out, "input_ids"):
-        out = out["input_ids"]
-    return [int(i) for i in out]
+        return [int(i) for i in tokenizer.encode(prompt, add_special_tokens=False)]
+    template, _ = resolve_template(tokenizer, tool_format)
+    return encode_chat(tokenizer, template, [{"role": "user", "content": prompt}])
 
 
 def main(args: argparse.Namespace) -> int:
@@ -70,7 +72,11 @@ def main(args: argparse.Namespace) -> int:
         ref, dtype=engine.dtype, device=engine.device,
         prefill_chunk=engine.prefill_chunk, threads=engine.threads,
     )
-    ids = prompt_ids(tokenizer, args.prompt, args.raw)
+    try:
+        ids = prompt_ids(tokenizer, args.prompt, args.raw, args.tool_format)
+    except ValueError as exc:
+        print(f"ffwd generate: {exc}", file=sys.stderr)
+        return 2
     result = generate(
         backend, tokenizer, ids, params,
         max_tokens=args.max_tokens, stop=args.stop, plan=FillPlan(), fill=fill,

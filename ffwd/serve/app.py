@@ -1,35 +1,41 @@
-"""The HTTP layer: routes, auth, errors, JSON and SSE formatting.
+"""The HTTP layer: routes, errors, JSON and SSE delivery, cancellation.
 
 It owns no decoding logic. A `Service` prepares a validated request (template,
 tokens, fill plan; raising `APIError` for bad input) and runs it on the
 scheduler's worker thread, emitting `events.Event`s; this module moves those
-events to the client and counts them in the metrics.
+events to the client and counts them in the metrics. A client that goes away
+(streaming or not) cancels its generation: the worker stops within one step.
+`create_app` is the one app factory (the Ray Serve deployment wraps it too).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol, TypeVar
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ffwd.serve.errors import APIError, bad_request, from_validation_error
-from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta
+from ffwd.serve.body import DEFAULT_MAX_BYTES, read_json
+from ffwd.serve.errors import APIError, from_validation_error, server_error
+from ffwd.serve.events import ContentDelta, Event, Finished, TokenLogprob, ToolCallDelta
 from ffwd.serve.metrics import Metrics
+from ffwd.serve.middleware import Guard
+from ffwd.serve.openapi import GET_RESPONSES, METRICS_RESPONSE, POST_RESPONSES, install_openapi
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.responses import Reply
 from ffwd.serve.scheduler import Job, QueueFull, Scheduler
 
 Emit = Callable[[Event], None]
 _M = TypeVar("_M", bound=BaseModel)
+_DONE = object()  # the generation's thread has finished
+_GONE = object()  # the client disconnected
 
 
 class Service(Protocol):
@@ -40,14 +46,19 @@ class Service(Protocol):
 
     def prepare_completion(self, req: CompletionRequest) -> Any: ...
 
-    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None: ...
+    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        """Generate, emitting events; when `cancelled()` turns true, stop within a step and
+        emit a `Finished` with finish_reason ``cancelled`` (counted, never sent)."""
+        ...
 
     def reset(self) -> None:
         """Forget any state a failed run may have left (e.g. the KV cache)."""
         ...
 
-
-_DONE = object()
+    @property
+    def forward_calls(self) -> int:
+        """Model forward passes since start (read live by /metrics)."""
+        ...
 
 
 def create_app(
@@ -55,58 +66,36 @@ def create_app(
     *,
     api_key: str | None = None,
     max_queue: int = 16,
+    max_body_bytes: int = DEFAULT_MAX_BYTES,
     metrics: Metrics | None = None,
 ) -> FastAPI:
     metrics = metrics or Metrics()
     scheduler = Scheduler(
-        max_queue,
-        on_depth=metrics.queue_depth.set,
-        on_error=lambda exc: service.reset(),
+        max_queue, on_depth=metrics.queue_depth.set, on_error=lambda exc: service.reset(),
     )
     app = FastAPI(title="ffwd", docs_url=None, redoc_url=None)
     app.state.scheduler = scheduler
     app.state.metrics = metrics
     app.state.service = service
-    expected = f"Bearer {api_key}".encode() if api_key else None
-
-    @app.middleware("http")
-    async def auth_and_count(request: Request, call_next: Any) -> Response:
-        path = request.url.path
-        if expected is not None and path != "/health":
-            got = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(got, expected):
-                resp: Response = _error_response(
-                    APIError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'",
-                             code="invalid_api_key")
-                )
-                metrics.requests.labels(endpoint=path, status="401").inc()
-                return resp
-        resp = await call_next(request)
-        if path.startswith("/v1/"):
-            metrics.requests.labels(endpoint=path, status=str(resp.status_code)).inc()
-        return resp
+    metrics.watch_forwards(lambda: service.forward_calls)
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, exc: APIError) -> Response:
-        return _error_response(exc)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        kind = "not_found" if exc.status_code == 404 else "invalid_request_error"
+        code = {404: "unknown_url", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         msg = f"{request.method} {request.url.path}: {exc.detail}"
-        return _error_response(APIError(exc.status_code, msg, type=kind))
+        err = APIError(exc.status_code, msg, code=code, headers=dict(exc.headers or {}))
+        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
 
-    @app.exception_handler(Exception)
-    async def on_crash(request: Request, exc: Exception) -> Response:
-        return _error_response(
-            APIError(500, f"internal error: {type(exc).__name__}: {exc}", type="server_error")
-        )
-
-    @app.get("/health")
+    @app.get("/health", responses=GET_RESPONSES)
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": service.model_id, "queue_depth": scheduler.depth}
+        return {"status": "ok", "model": service.model_id, "queue_depth": scheduler.depth,
+                "running": scheduler.running}
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", responses=GET_RESPONSES)
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
@@ -114,34 +103,38 @@ def create_app(
                       "owned_by": "ffwd"}],
         }
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)
     async def prometheus() -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", responses=POST_RESPONSES)
     async def chat(request: Request) -> Response:
-        req = await _parse(request, ChatCompletionRequest)
+        req = await _parse(request, ChatCompletionRequest, max_body_bytes)
         _check_model(req.model, service.model_id)
         req.check()
         prepared = await run_in_threadpool(service.prepare_chat, req)
-        return await _respond(request, prepared, req.stream, req.include_usage, "chat", req.model)
+        reply = Reply("chat", req.model, logprobs=req.logprob_count is not None)
+        return await _respond(request, prepared, req.stream, req.include_usage, reply)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", responses=POST_RESPONSES)
     async def completions(request: Request) -> Response:
-        req = await _parse(request, CompletionRequest)
+        req = await _parse(request, CompletionRequest, max_body_bytes)
         _check_model(req.model, service.model_id)
+        req.check()
         prepared = await run_in_threadpool(service.prepare_completion, req)
-        return await _respond(request, prepared, req.stream, req.include_usage, "text", req.model)
+        reply = Reply("text", req.model, logprobs=req.logprob_count is not None,
+                      echo=req.prompt_text if req.echo else "")
+        return await _respond(request, prepared, req.stream, req.include_usage, reply)
 
     async def _respond(
-        request: Request, prepared: Any, stream: bool, include_usage: bool,
-        kind: str, model: str,
+        request: Request, prepared: Any, stream: bool, include_usage: bool, reply: Reply
     ) -> Response:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[object] = asyncio.Queue()
-        started = time.perf_counter()
 
         def put(item: object) -> None:
+            if isinstance(item, Finished):  # counted here: cancelled runs have no reader
+                metrics.observe_finished(item)
             loop.call_soon_threadsafe(events.put_nowait, item)
 
         def work(cancelled: Callable[[], bool]) -> None:
@@ -158,42 +151,24 @@ def create_app(
         except QueueFull as exc:
             raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": "1"}) from None
-        meta = _Meta(kind, model, started)
+        endpoint = request.url.path
         if stream:
             return StreamingResponse(
-                _sse(events, job, meta, include_usage, metrics),
+                _sse(events, job, reply, include_usage, metrics, endpoint),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return await _whole(request, events, job, meta, metrics)
+        return await _whole(request, events, job, reply, metrics)
 
+    app.state.metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
+    install_openapi(app, {"/v1/chat/completions": ChatCompletionRequest,
+                          "/v1/completions": CompletionRequest}, [service.model_id, "default"])
+    app.add_middleware(Guard, metrics=metrics, api_key=api_key)
     return app
 
 
-class _Meta:
-    def __init__(self, kind: str, model: str, started: float) -> None:
-        self.kind = kind
-        self.model = model
-        self.started = started
-        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
-        self.created = int(time.time())
-        self.first_token_at: float | None = None
-
-    def mark_token(self, metrics: Metrics) -> None:
-        if self.first_token_at is None:
-            self.first_token_at = time.perf_counter()
-            metrics.ttft.observe(self.first_token_at - self.started)
-
-
-async def _parse(request: Request, model: type[_M]) -> _M:
-    raw = await request.body()
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        msg = f"the request body is not valid JSON: {exc}"
-        raise bad_request(msg, code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+async def _parse(request: Request, model: type[_M], max_bytes: int) -> _M:
+    body = await read_json(request.stream(), request.headers.get("content-length"), max_bytes)
     try:
         return model.model_validate(body)
     except ValidationError as exc:
@@ -201,7 +176,7 @@ async def _parse(request: Request, model: type[_M]) -> _M:
 
 
 def _check_model(requested: str, served: str) -> None:
-    if requested not in (served, "default"):
+    if requested not in (served, "default"):  # the document's enum says the same
         raise APIError(
             404,
             f"model {requested!r} does not exist: this server serves {served!r} "
@@ -210,120 +185,90 @@ def _check_model(requested: str, served: str) -> None:
         )
 
 
-def _error_response(exc: APIError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
-
-
 def _as_api_error(exc: BaseException) -> APIError:
     """What a failed generation tells the client (a 500 unless it was an APIError)."""
     if isinstance(exc, APIError):
         return exc
-    return APIError(500, f"generation failed: {type(exc).__name__}: {exc}", type="server_error")
+    return server_error(f"generation failed: {type(exc).__name__}: {exc}")
+
+
+async def _watch_disconnect(request: Request, events: asyncio.Queue[object]) -> None:
+    """Wait for the client to go away (the body is read: only a disconnect can come)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    events.put_nowait(_GONE)
 
 
 async def _whole(
-    request: Request, events: asyncio.Queue[object], job: Job, meta: _Meta, metrics: Metrics
+    request: Request, events: asyncio.Queue[object], job: Job, reply: Reply, metrics: Metrics
 ) -> Response:
     finished: Finished | None = None
+    watcher = asyncio.create_task(_watch_disconnect(request, events))
     try:
         while True:
-            try:
-                item = await asyncio.wait_for(events.get(), timeout=0.5)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel()
-                    return Response(status_code=499)
-                continue
+            item = await events.get()
+            if item is _GONE:
+                job.cancel()
+                metrics.cancelled.labels(endpoint=request.url.path, stream="false").inc()
+                return Response(status_code=499)  # nginx's "client closed request"
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
                 raise _as_api_error(item)
-            if isinstance(item, ContentDelta | ToolCallDelta):
-                meta.mark_token(metrics)
+            if isinstance(item, TokenLogprob):
+                reply.pending.append(item)
+            elif isinstance(item, ContentDelta | ToolCallDelta):
+                _mark_token(reply, metrics)
             elif isinstance(item, Finished):
                 finished = item
-                metrics.observe_finished(item)
     finally:
+        watcher.cancel()
         job.cancel()  # no-op when it already finished
     if finished is None:
-        raise APIError(500, "generation ended without a result", type="server_error")
-    metrics.latency.observe(time.perf_counter() - meta.started)
-    return JSONResponse(_final_body(meta, finished))
+        raise server_error("generation ended without a result")
+    metrics.latency.observe(time.perf_counter() - reply.started)
+    return JSONResponse(reply.whole(finished))
 
 
-def _final_body(meta: _Meta, fin: Finished) -> dict[str, Any]:
-    if meta.kind == "chat":
-        message: dict[str, Any] = {"role": "assistant", "content": fin.content}
-        if fin.tool_calls:
-            message["tool_calls"] = [c.as_openai() for c in fin.tool_calls]
-        choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None,
-                                  "finish_reason": fin.finish_reason}
-        obj = "chat.completion"
-    else:
-        choice = {"index": 0, "text": fin.content or "", "logprobs": None,
-                  "finish_reason": fin.finish_reason}
-        obj = "text_completion"
-    return {
-        "id": meta.id, "object": obj, "created": meta.created, "model": meta.model,
-        "choices": [choice], "usage": fin.usage.as_openai(), "ffwd": fin.ffwd,
-    }
-
-
-def _chunk(meta: _Meta, delta: dict[str, Any] | None, finish: str | None = None,
-           text: str | None = None) -> str:
-    if meta.kind == "chat":
-        choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": None,
-                                  "finish_reason": finish}
-    else:
-        choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish}
-    return _event(meta, choices=[choice])
-
-
-def _event(meta: _Meta, **fields: Any) -> str:
-    """One SSE event: the stream's common envelope plus `fields`."""
-    obj = "chat.completion.chunk" if meta.kind == "chat" else "text_completion"
-    body = {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model, **fields}
-    return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+def _mark_token(reply: Reply, metrics: Metrics) -> None:
+    if reply.first_token_at is None:
+        reply.first_token_at = time.perf_counter()
+        metrics.ttft.observe(reply.first_token_at - reply.started)
 
 
 async def _sse(
-    events: asyncio.Queue[object], job: Job, meta: _Meta, include_usage: bool, metrics: Metrics
+    events: asyncio.Queue[object], job: Job, reply: Reply, include_usage: bool,
+    metrics: Metrics, endpoint: str,
 ) -> AsyncIterator[str]:
     try:
-        if meta.kind == "chat":
-            yield _chunk(meta, {"role": "assistant", "content": ""})
+        opening = reply.opening()
+        if opening is not None:
+            yield opening
         while True:
             item = await events.get()
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
+                metrics.stream_errors.labels(endpoint=endpoint).inc()
                 yield f"data: {json.dumps(_as_api_error(item).body())}\n\n"
                 break
-            if isinstance(item, ContentDelta):
-                meta.mark_token(metrics)
-                yield _chunk(meta, {"content": item.text}, text=item.text)
+            if isinstance(item, TokenLogprob):
+                reply.pending.append(item)
+            elif isinstance(item, ContentDelta):
+                _mark_token(reply, metrics)
+                yield reply.content(item.text)
             elif isinstance(item, ToolCallDelta):
-                meta.mark_token(metrics)
-                yield _chunk(meta, {"tool_calls": [_tool_delta(item)]})
+                _mark_token(reply, metrics)
+                yield reply.tool_call(item)
             elif isinstance(item, Finished):
-                metrics.observe_finished(item)
-                yield _chunk(meta, {}, finish=item.finish_reason)
+                yield reply.finish(item.finish_reason)
                 if include_usage:
-                    yield _event(meta, choices=[], usage=item.usage.as_openai(), ffwd=item.ffwd)
-                metrics.latency.observe(time.perf_counter() - meta.started)
+                    yield reply.usage(item)
+                metrics.latency.observe(time.perf_counter() - reply.started)
         yield "data: [DONE]\n\n"
+    except (GeneratorExit, asyncio.CancelledError):
+        metrics.cancelled.labels(endpoint=endpoint, stream="true").inc()
+        raise
     finally:
         # The client went away (or we are done): stop the generation within a step.
         job.cancel()
-
-
-def _tool_delta(d: ToolCallDelta) -> dict[str, Any]:
-    out: dict[str, Any] = {"index": d.index}
-    if d.id is not None:
-        out["id"] = d.id
-        out["type"] = "function"
-    fn: dict[str, Any] = {"arguments": d.arguments}
-    if d.name is not None:
-        fn["name"] = d.name
-    out["function"] = fn
-    return out

@@ -1,4 +1,9 @@
-"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`."""
+"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`.
+
+Every error the server sends has this shape and a non-null ``code``; ``param``
+names the offending request field as the API spells it
+(``messages[0].content``, ``ffwd.k``), never a validator's internal path.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ class APIError(Exception):
         *,
         type: str = "invalid_request_error",
         param: str | None = None,
-        code: str | None = None,
+        code: str = "invalid_request",
         headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
@@ -36,19 +41,83 @@ class APIError(Exception):
         }
 
 
-def bad_request(message: str, param: str | None = None, code: str | None = None) -> APIError:
+def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
     return APIError(400, message, param=param, code=code)
 
 
+def server_error(message: str) -> APIError:
+    return APIError(500, message, type="server_error", code="internal_error")
+
+
+# pydantic error type -> (OpenAI code, what the field expects, for type errors)
+_TYPE_ERRORS = {
+    "int_type": "an integer", "int_from_float": "an integer", "float_type": "a number",
+    "bool_type": "a boolean (true or false)", "string_type": "a string", "list_type": "an array",
+    "dict_type": "an object", "model_type": "an object", "model_attributes_type": "an object",
+}
+
+
 def from_validation_error(exc: ValidationError) -> APIError:
-    """The first validation problem as a 400 that names the parameter."""
-    err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err.get("loc", ()) if p not in ("function-after", "function-before")]
-    param = ".".join(p if not p.isdigit() else f"[{p}]" for p in loc).replace(".[", "[") or None
-    msg = str(err.get("msg", "invalid value"))
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    if err.get("type") == "missing":
-        msg = "is required"
+    """The first validation problem as a 400 that names the parameter.
+
+    Union members and validator names in pydantic's location are dropped, so
+    ``stop.str`` is reported as ``stop`` and ``messages.0.content.str`` as
+    ``messages[0].content``.
+    """
+    errors = exc.errors(include_url=False)
+    param = _param(errors[0].get("loc", ()))
+    # A union reports one error per member: the deepest under the same field is the one
+    # that matches what was sent (a missing name in a tool_choice object, not "a string").
+    same = [e for e in errors if (_param(e.get("loc", ())) or "").startswith(param or "")]
+    err = max(same, key=lambda e: len(_param(e.get("loc", ())) or ""))
+    param = _param(err.get("loc", ()))
+    kind = str(err.get("type", ""))
+    msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    code = "invalid_value"
+    if kind == "missing":
+        msg, code = "is required", "missing_required_parameter"
+    elif kind == "extra_forbidden":
+        msg, code = "is not a known parameter", "unknown_parameter"
+    elif kind in _TYPE_ERRORS:
+        msg = f"expected {_TYPE_ERRORS[kind]}, got {json_type(err.get('input'))}"
+        code = "invalid_type"
     where = f"'{param}': " if param else ""
-    return bad_request(f"{where}{msg}", param=param, code="invalid_value")
+    return bad_request(f"{where}{msg}", param=param, code=code)
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    return param_name([p for p in loc if isinstance(p, int) or not _is_tag(p)]) or None
+
+
+def _is_tag(part: str) -> bool:
+    """Whether a location part is a union member or validator, not a field (`str`, `list[..]`)."""
+    return part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper()
+
+
+def param_name(path: tuple[str | int, ...] | list[str | int]) -> str:
+    """A location as the API names it.
+
+    >>> param_name(("messages", 0, "content"))
+    'messages[0].content'
+    """
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
+    return out
+
+
+def json_type(value: object) -> str:
+    """The JSON name of a parsed value's type.
+
+    >>> json_type(True), json_type(3), json_type("x"), json_type(None)
+    ('boolean', 'number', 'string', 'null')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"

@@ -51,16 +51,46 @@ class Usage:
 
 
 @dataclass(frozen=True, slots=True)
+class TopLogprob:
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"token": self.token, "logprob": self.logprob, "bytes": list(self.bytes)}
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One emitted token's log-probability (sampled or injected) and the top alternatives.
+
+    Sent just before the text the token produced, so it rides with that text's delta.
+    """
+
+    token: str
+    bytes: tuple[int, ...]
+    logprob: float
+    top: tuple[TopLogprob, ...] = ()
+
+    def as_openai(self) -> dict[str, Any]:
+        return {"token": self.token, "logprob": self.logprob, "bytes": list(self.bytes),
+                "top_logprobs": [t.as_openai() for t in self.top]}
+
+
+@dataclass(frozen=True, slots=True)
 class Finished:
     """The last event: the whole message, why it ended, and what it cost."""
 
-    finish_reason: str  # stop | length | tool_calls
+    finish_reason: str  # stop | length | tool_calls | cancelled (the client is gone)
     content: str | None
     tool_calls: tuple[ToolCallOut, ...]
     usage: Usage
     ffwd: dict[str, Any] = field(default_factory=dict)
 
 
-Event = ContentDelta | ToolCallDelta | Finished
+Event = ContentDelta | ToolCallDelta | TokenLogprob | Finished
 
-__all__ = ["ContentDelta", "Event", "Finished", "ToolCallDelta", "ToolCallOut", "Usage"]
+__all__ = [
+    "ContentDelta", "Event", "Finished", "TokenLogprob", "ToolCallDelta", "ToolCallOut",
+    "TopLogprob", "Usage",
+]

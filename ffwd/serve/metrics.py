@@ -1,13 +1,34 @@
-"""Prometheus metrics for one server (its own registry, so tests can run many)."""
+"""Prometheus metrics for one server (its own registry, so tests can run many).
+
+Label values are bounded: ``endpoint`` is one of the app's own routes or
+``other`` (any unknown path, whoever sent it), ``status`` an HTTP status code.
+`ffwd_forward_calls_total` is read live from the model (cancelled and failed
+generations included), so it shows progress while a request runs.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
 
 from ffwd.serve.events import Finished
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+OTHER_ENDPOINT = "other"
+
+
+class _LiveCounter(Collector):
+    """A counter whose value is read from a callable at scrape time."""
+
+    def __init__(self, name: str, doc: str, read: Callable[[], int]) -> None:
+        self.name, self.doc, self.read = name, doc, read
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(self.name, self.doc, value=self.read())
 
 
 class Metrics:
@@ -15,9 +36,19 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self.endpoints: frozenset[str] = frozenset()
         self.requests = Counter(
             "ffwd_requests", "HTTP requests by endpoint and status", ["endpoint", "status"],
             registry=r,
+        )
+        self.cancelled = Counter(
+            "ffwd_cancelled_requests",
+            "Generations stopped because the client went away, by endpoint and streaming",
+            ["endpoint", "stream"], registry=r,
+        )
+        self.stream_errors = Counter(
+            "ffwd_stream_errors", "Streams that failed after their 200 (an SSE error event)",
+            ["endpoint"], registry=r,
         )
         self.prompt_tokens = Counter("ffwd_prompt_tokens", "Prompt tokens", registry=r)
         self.cached_tokens = Counter(
@@ -29,7 +60,6 @@ class Metrics:
         self.injected_tokens = Counter(
             "ffwd_injected_tokens", "Injected tokens by origin", ["origin"], registry=r
         )
-        self.forward_calls = Counter("ffwd_forward_calls", "Model forward calls", registry=r)
         self.verify_tokens = Counter(
             "ffwd_verify_tokens", "Verify-policy tokens by result", ["result"], registry=r
         )
@@ -43,12 +73,22 @@ class Metrics:
         )
         self.queue_depth = Gauge("ffwd_queue_depth", "Requests waiting for the model", registry=r)
 
+    def watch_forwards(self, read: Callable[[], int]) -> None:
+        """Report `read()` (the model's forward passes so far) as ffwd_forward_calls_total."""
+        self.registry.register(_LiveCounter("ffwd_forward_calls", "Model forward calls", read))
+
+    def endpoint(self, path: str) -> str:
+        """The label for a request path: the route itself, or `OTHER_ENDPOINT`."""
+        return path if path in self.endpoints else OTHER_ENDPOINT
+
+    def count_request(self, path: str, status: int) -> None:
+        self.requests.labels(endpoint=self.endpoint(path), status=str(status)).inc()
+
     def observe_finished(self, fin: Finished) -> None:
-        """Count one finished generation (tokens, forwards, fills)."""
+        """Count one finished generation (tokens and fills), cancelled ones included."""
         self.prompt_tokens.inc(fin.usage.prompt_tokens)
         self.cached_tokens.inc(fin.usage.cached_tokens)
         self.completion_tokens.inc(fin.usage.completion_tokens)
-        self.forward_calls.inc(int(fin.ffwd.get("forward_calls", 0)))
         for origin, n in dict(fin.ffwd.get("injected_by_origin", {})).items():
             self.injected_tokens.labels(origin=origin).inc(n)
         stats = dict(fin.ffwd.get("stats", {}))

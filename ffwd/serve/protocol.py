@@ -3,22 +3,71 @@
 `ChatCompletionRequest` and `CompletionRequest` are the only shapes the
 handlers see: a malformed field is a 400 naming the parameter (see
 `errors.from_validation_error`), unknown fields are ignored as OpenAI does.
+Types are strict (``true`` is not an integer, ``"10"`` is not a number) and
+numbers must be finite and in range. The same models are the request bodies
+of the served OpenAPI document.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonDict
 
+from ffwd.config import FillMode
 from ffwd.serve.errors import bad_request
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+MAX_STOP_CHARS = 1000  # a stop string is matched against every token's text
+MAX_TOP_LOGPROBS = 20
+# Content part types of other modalities: refused with a message that says why.
+NON_TEXT_PARTS = ("image_url", "input_audio", "file", "image", "input_image", "audio")
+
+
+def _json_integer(v: object) -> object:
+    """JSON has one number type: 10.0 is the integer 10 (true and "10" are not)."""
+    return int(v) if isinstance(v, float) and v.is_integer() else v
+
+
+# (Constraints before the validator, so the served document states them as JSON Schema.)
+Int = Annotated[int, BeforeValidator(_json_integer)]
+AtLeastOne = Annotated[int, Field(ge=1), BeforeValidator(_json_integer)]
+TopCount = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_json_integer)]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**64), BeforeValidator(_json_integer)]
+StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+# What the served document says of the fields whose rules JSON Schema can state.
+ONE: JsonDict = {"minimum": 1, "maximum": 1}  # n and best_of: one completion per request
+TOKEN_ID_KEYS: JsonDict = {"propertyNames": {"pattern": "^[0-9]{1,10}$"},
+                           "additionalProperties": {"minimum": -100, "maximum": 100}}
+REFUSED: JsonDict = {"maxLength": 0, "description": "not supported: omit, null or empty"}
+NON_ASSISTANT_RULES: JsonDict = {  # content required, no tool_calls
+    "if": {"properties": {"role": {"not": {"const": "assistant"}}}, "required": ["role"]},
+    "then": {"required": ["content"], "properties": {
+        "content": {"not": {"type": "null"}},
+        "tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
+}
+TOOL_SCHEMA: JsonDict = {"items": {
+    "type": "object", "required": ["type", "function"], "properties": {
+        "type": {"const": "function"},
+        "function": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "minLength": 1}, "description": {"type": "string"},
+            "parameters": {"type": "object", "properties": {"type": {"const": "object"},
+                           "properties": {"type": "object", "additionalProperties": {
+                               "type": "object", "properties": {"type": {"enum": [
+                                   "string", "integer", "number", "boolean"]}}}}}}}}}}}
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
 
 class TextPart(_Model):
@@ -48,11 +97,29 @@ class ToolCall(_Model):
 
 
 class Message(_Model):
+    model_config = ConfigDict(json_schema_extra=NON_ASSISTANT_RULES)
+
     role: Role
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, v: object) -> object:
+        if v is None or isinstance(v, str):
+            return v
+        if not isinstance(v, list):
+            raise ValueError("expected a string or an array of text parts")
+        for i, part in enumerate(v):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind in NON_TEXT_PARTS:
+                raise ValueError(f"part {i} has type {kind!r}: this model takes text only "
+                                 "(parts of type 'text')")
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise ValueError(f"part {i}: expected {{\"type\": \"text\", \"text\": \"...\"}}")
+        return v
 
     @model_validator(mode="after")
     def _check(self) -> Message:
@@ -107,26 +174,52 @@ class StreamOptions(_Model):
     include_usage: bool = False
 
 
+class FfwdSettings(BaseModel):
+    """Per-request fill settings (the server's FFWD_FILL* defaults apply to what is left out).
+
+    Ranges are checked by `ffwd.config.FillConfig.for_request`. ``trace`` only
+    switches the server's own tracing off (or on, when the operator configured it).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    fill: FillMode | None = None
+    max_span: Int | None = None
+    append_chunk_size: Int | None = None
+    k: Int | None = None
+    candidates: Int | None = None
+    index_max: Int | None = None
+    trace: bool | None = None
+
+    @field_validator("trace", mode="before")
+    @classmethod
+    def _switch_only(cls, v: object) -> object:
+        if v is not None and not isinstance(v, bool):
+            raise ValueError("expected true or false: a request cannot choose a trace file "
+                             "(the destination is the server's FFWD_FILL_TRACE)")
+        return v
+
+
 class SamplingFields(_Model):
     """Fields shared by both endpoints."""
 
     model: str = "default"
-    max_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: AtLeastOne | None = None
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    top_k: int = Field(default=0, ge=0)
-    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    top_k: Annotated[int, Field(ge=0, lt=2**31), BeforeValidator(_json_integer)] = 0
+    min_p: float = Field(default=0.0, ge=0.0, lt=1.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    repetition_penalty: float = Field(default=1.0, gt=0.0)
-    seed: int | None = Field(default=None, ge=-(2**63), lt=2**64)
-    stop: str | list[str] | None = None
+    repetition_penalty: float = Field(default=1.0, ge=0.01, le=10.0)
+    seed: Seed | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    logit_bias: dict[str, float] | None = None
-    n: int = 1
+    logit_bias: dict[str, float] | None = Field(default=None, json_schema_extra=TOKEN_ID_KEYS)
+    n: Int = Field(default=1, json_schema_extra=ONE)
     user: str | None = None
-    ffwd: dict[str, Any] | None = None
+    ffwd: FfwdSettings | None = None
 
     @field_validator("n")
     @classmethod
@@ -135,22 +228,26 @@ class SamplingFields(_Model):
             raise ValueError(f"n={v} is not supported: ffwd returns exactly one choice (n=1)")
         return v
 
-    @field_validator("stop")
+    @field_validator("stop", mode="before")
     @classmethod
-    def _stop_list(cls, v: str | list[str] | None) -> str | list[str] | None:
-        stops = [v] if isinstance(v, str) else (v or [])
+    def _stop_list(cls, v: object) -> object:
+        stops = [v] if isinstance(v, str) else v
+        if v is None:
+            return v
+        if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+            raise ValueError("expected a string or an array of up to 4 strings")
         if len(stops) > 4:
             raise ValueError(f"at most 4 stop sequences are accepted, got {len(stops)}")
-        if any(s == "" for s in stops):
-            raise ValueError("stop sequences must not be empty")
+        if any(s == "" or len(s) > MAX_STOP_CHARS for s in stops):
+            raise ValueError(f"a stop sequence must have 1 to {MAX_STOP_CHARS} characters")
         return v
 
     @field_validator("logit_bias")
     @classmethod
     def _bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
         for key, bias in (v or {}).items():
-            if not key.strip().isdigit():
-                raise ValueError(f"logit_bias key {key!r} is not a token id")
+            if not (key.isdigit() and key.isascii() and len(key) <= 10):
+                raise ValueError(f"key {key[:20]!r} is not a token id (a decimal string)")
             if not -100.0 <= bias <= 100.0:
                 raise ValueError(f"logit_bias[{key}]={bias} is outside [-100, 100]")
         return v
@@ -170,14 +267,29 @@ class SamplingFields(_Model):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[Message] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = Field(default=None, json_schema_extra=TOOL_SCHEMA)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: AtLeastOne | None = None
+    logprobs: bool = False
+    top_logprobs: TopCount | None = None
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _choice(cls, v: object) -> object:
+        if not (v is None or v in ("none", "auto", "required") or isinstance(v, dict)):
+            raise ValueError("expected 'none', 'auto', 'required' or "
+                             '{"type": "function", "function": {"name": "..."}}')
+        return v
 
     @property
     def token_limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def logprob_count(self) -> int | None:
+        """Alternatives to report per token (0: the chosen token only); None: no logprobs."""
+        return (self.top_logprobs or 0) if self.logprobs else None
 
     @property
     def tool_choice_value(self) -> str | dict[str, Any]:
@@ -191,6 +303,8 @@ class ChatCompletionRequest(SamplingFields):
 
     def check(self) -> None:
         """Cross-field rules, as 400s that name the parameter."""
+        if self.top_logprobs is not None and not self.logprobs:
+            raise bad_request("top_logprobs requires logprobs: true", param="top_logprobs")
         tc = self.tool_choice
         if tc not in (None, "none", "auto") and not self.tools:
             raise bad_request(
@@ -208,14 +322,21 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str]
+    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[str], Field(min_length=1,
+                                                                             max_length=1)]
     echo: bool = False
+    logprobs: TopCount | None = None
+    suffix: str | None = Field(default=None, json_schema_extra=REFUSED)
+    best_of: Int | None = Field(default=None, json_schema_extra=ONE)
 
-    @field_validator("prompt")
+    @field_validator("prompt", mode="before")
     @classmethod
-    def _one_prompt(cls, v: str | list[str]) -> str | list[str]:
+    def _one_prompt(cls, v: object) -> object:
         if isinstance(v, list) and len(v) != 1:
             raise ValueError(f"exactly one prompt is accepted, got {len(v)}")
+        if not (isinstance(v, str) or (isinstance(v, list) and isinstance(v[0], str))):
+            raise ValueError("expected a string or an array of one string (token-id prompts "
+                             "are not accepted: send text)")
         return v
 
     @property
@@ -226,8 +347,24 @@ class CompletionRequest(SamplingFields):
     def token_limit(self) -> int | None:
         return self.max_tokens
 
+    @property
+    def logprob_count(self) -> int | None:
+        return self.logprobs
+
     def check(self) -> None:
-        """Nothing crosses fields here; present for symmetry with chat."""
+        """Parameters ffwd refuses rather than ignores, as 400s that name them."""
+        if self.suffix:
+            raise bad_request("suffix is not supported: ffwd has no fill-in-the-middle mode; "
+                              "send the text before the gap as prompt", param="suffix",
+                              code="unsupported_parameter")
+        if self.best_of not in (None, 1):
+            raise bad_request(f"best_of={self.best_of} is not supported: ffwd generates one "
+                              "completion per request (best_of 1)", param="best_of",
+                              code="unsupported_value")
+        if self.echo and self.logprobs is not None:
+            raise bad_request("echo with logprobs is not supported: ffwd does not score prompt "
+                              "tokens (ask for logprobs without echo)", param="echo",
+                              code="unsupported_value")
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

@@ -55,6 +55,7 @@ class Scheduler:
         self._queue: queue.Queue[Job | None] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
+        self._running = False
         self._thread = threading.Thread(target=self._loop, name="ffwd-worker", daemon=True)
         self._thread.start()
 
@@ -62,6 +63,11 @@ class Scheduler:
     def depth(self) -> int:
         """Jobs waiting to start (the running one excluded)."""
         return self._waiting
+
+    @property
+    def running(self) -> bool:
+        """Whether a job is on the worker now."""
+        return self._running
 
     def submit(self, fn: JobFn) -> Job:
         job = Job(fn)
@@ -93,6 +99,7 @@ class Scheduler:
                 self._waiting -= 1
             self._report_depth()
             job.started.set()
+            self._running = True
             try:
                 if not job.cancelled:
                     job.fn(job.cancel_event.is_set)
@@ -101,4 +108,5 @@ class Scheduler:
                 if self._on_error is not None:
                     self._on_error(exc)
             finally:
+                self._running = False
                 job.done.set()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ffwd.config import FillConfig
+from ffwd.config import FillConfig, SettingError
 from ffwd.engine.generate import GenerationResult, stream_generate
 from ffwd.engine.sampling import SamplingParams
 from ffwd.fill import FillPlan
@@ -25,9 +25,10 @@ from ffwd.serve.errors import bad_request
 from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta, ToolCallOut, Usage
 from ffwd.serve.prompt_cache import PromptCache
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from ffwd.serve.tokens import TokenText
 from ffwd.templates import formats
 from ffwd.templates.formats.base import ToolCallContext, ToolParser
-from ffwd.templates.render import normalize_tools, render_chat, resolve_template
+from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 Emit = Callable[[Event], None]
@@ -47,6 +48,7 @@ class Prepared:
     compiled: CompiledTools | None  # tool rows and the format, when tools are on
     tools: list[dict[str, Any]]
     single_call: bool  # parallel_tool_calls=false: stop after the first call
+    logprobs: int | None = None  # alternatives per token (0: none); None: no logprobs
 
 
 class ModelService:
@@ -78,6 +80,11 @@ class ModelService:
         self.prompt_cache = PromptCache(prompt_cache_bytes if can_save else 0)
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
+        self.token_text = TokenText(tokenizer)
+
+    @property
+    def forward_calls(self) -> int:
+        return int(self.backend.forward_calls)
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
@@ -91,10 +98,10 @@ class ModelService:
         shown = tools if choice != "none" else []
         messages = [m.as_template_message() for m in req.messages]
         try:
-            text = render_chat(self.template, messages, shown or None, True, self.tokenizer)
+            ids = encode_chat(self.tokenizer, self.template, messages, shown or None)
         except ValueError as exc:
             raise bad_request(f"cannot render these messages: {exc}", param="messages") from None
-        ids = self._encode(text)
+        ids = self._check_prompt(ids, "messages")
         compiled: CompiledTools | None = None
         if shown:
             # A forced call goes through the strict tier even when fill is off.
@@ -106,7 +113,7 @@ class ModelService:
         return Prepared(
             "chat", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
             req.stop_list, fill, plan, compiled, shown,
-            single_call=bool(shown) and not req.parallel_tool_calls,
+            single_call=bool(shown) and not req.parallel_tool_calls, logprobs=req.logprob_count,
         )
 
     def _compiled(self, tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> CompiledTools:
@@ -131,27 +138,31 @@ class ModelService:
 
     def prepare_completion(self, req: CompletionRequest) -> Prepared:
         fill = self._fill(req)
-        ids = self._encode(req.prompt_text)
+        ids = self._check_prompt(
+            [int(i) for i in self.tokenizer.encode(req.prompt_text, add_special_tokens=False)],
+            "prompt",
+        )
         return Prepared(
             "text", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
             req.stop_list, fill, FillPlan(eos=self.eos_ids), None, [], single_call=False,
+            logprobs=req.logprob_count,
         )
 
     def _fill(self, req: SamplingFields) -> FillConfig:
+        overrides = req.ffwd.model_dump(exclude_none=True) if req.ffwd else None
         try:
-            return self.fill.with_overrides(req.ffwd)
-        except ValueError as exc:
-            raise bad_request(f"invalid ffwd settings: {exc}", param="ffwd") from None
+            return self.fill.for_request(overrides)
+        except SettingError as exc:
+            raise bad_request(f"invalid ffwd settings: {exc}", param=exc.name) from None
 
-    def _encode(self, text: str) -> list[int]:
-        ids = [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
+    def _check_prompt(self, ids: list[int], param: str) -> list[int]:
         if not ids:
-            raise bad_request("the prompt is empty", param="messages")
+            raise bad_request("the prompt is empty", param=param)
         if len(ids) >= self.context_window:
             raise bad_request(
                 f"the prompt is {len(ids)} tokens, and the model's context window is "
                 f"{self.context_window} tokens (room must remain for at least one new token)",
-                param="messages", code="context_length_exceeded",
+                param=param, code="context_length_exceeded",
             )
         return ids
 
@@ -193,8 +204,10 @@ class ModelService:
         for chunk in stream_generate(
             self.backend, self.tokenizer, prep.prompt_ids, prep.params,
             max_tokens=prep.max_tokens, stop=prep.stop, plan=prep.plan, fill=prep.fill,
-            strict_context=context, cancelled=stop_now,
+            strict_context=context, cancelled=stop_now, logprobs=prep.logprobs,
         ):
+            if chunk.logprob is not None and chunk.token_id is not None:
+                emit(self.token_text.logprob(chunk.token_id, chunk.logprob))
             if chunk.text:
                 if parser is not None:
                     parser.feed(chunk.text)
@@ -202,14 +215,16 @@ class ModelService:
                     emit(ContentDelta(chunk.text))
             if chunk.result is not None:
                 result = chunk.result
-        if result is None or cancelled():
-            return  # the client is gone: nobody to tell
+        if result is None:
+            return
         content, calls = (parser.finish() if parser is not None else (result.text, []))
         finish = str(result.finish_reason)
-        if calls:
+        if cancelled():
+            finish = "cancelled"  # the client is gone: counted, never sent
+        elif calls:
             finish = "tool_calls"
         elif finish == "cancelled":
-            finish = "stop"
+            finish = "stop"  # parallel_tool_calls=false ended it after the first call
         emit(Finished(
             finish, content if (content or not calls) else None, tuple(calls),
             Usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens),

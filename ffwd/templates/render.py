@@ -16,6 +16,10 @@ tokenizer=None, **extra) -> str``
     Message content may be a string or a list of text parts; assistant
     ``tool_calls`` take OpenAI arguments as a JSON string or a dict (templates
     receive a dict). A template that raises gives a ``ValueError``.
+``encode_chat(tokenizer, template, messages, tools=None) -> list[int]``
+    The prompt ids: `render_chat` with the generation prompt, tokenized as a
+    whole without added special tokens (the template writes its own). The
+    server and ``ffwd generate`` both build prompts this way.
 ``resolve_template(tokenizer, fmt=None) -> (template, format)``
     The model's own template when it handles tools, else the builtin one for
     the given (or default) tool-call format.
@@ -213,6 +217,17 @@ def render_chat(
         raise ValueError(f"chat template raised: {exc.message or exc}") from exc
     except (TypeError, KeyError, AttributeError, IndexError) as exc:
         raise ValueError(f"chat template failed on these messages: {exc!r}") from exc
+
+
+def encode_chat(
+    tokenizer: Any,
+    template: str,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+) -> list[int]:
+    """The prompt ids for `messages` (see the module docstring)."""
+    text = render_chat(template, messages, tools, True, tokenizer)
+    return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
 
 
 def _message(message: Mapping[str, Any], i: int) -> dict[str, Any]:

@@ -29,6 +29,7 @@ class Scripted:
         self.started = threading.Semaphore(0)
         self.resets = 0
         self.cancel_seen = threading.Event()
+        self.forward_calls = 0
 
     def prepare_chat(self, req: ChatCompletionRequest) -> Any:
         if req.messages[0].text == "too long":
@@ -44,6 +45,7 @@ class Scripted:
             while not self.gate.wait(0.01):
                 if cancelled():
                     self.cancel_seen.set()
+                    emit(Finished("cancelled", "", (), Usage(10, 0)))
                     return
         if self.fail:
             raise RuntimeError("boom")
@@ -57,6 +59,7 @@ class Scripted:
             return
         emit(ContentDelta("Hello"))
         emit(ContentDelta(" world"))
+        self.forward_calls += 2
         emit(Finished("stop", "Hello world", (), Usage(10, 2, 4), {"forward_calls": 2}))
 
     def reset(self) -> None:
@@ -138,7 +141,7 @@ def test_models_health_metrics(client: TestClient) -> None:
     ("body", "status", "param", "needle"),
     [
         ({**CHAT, "n": 3}, 400, "n", "n=3"),
-        ({**CHAT, "temperature": "hot"}, 400, "temperature", "valid number"),
+        ({**CHAT, "temperature": "hot"}, 400, "temperature", "expected a number, got string"),
         ({"model": "tiny", "messages": []}, 400, "messages", "at least 1"),
         ({**CHAT, "model": "gpt-9"}, 404, "model", "'gpt-9' does not exist"),
         ({**CHAT, "tool_choice": "required"}, 400, "tool_choice", "requires tools"),

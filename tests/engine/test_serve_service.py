@@ -1,0 +1,105 @@
+"""The request path through the real `ModelService` (tiny model, real tokenizer and
+template): per-request settings never reach a server resource, logprobs cover injected
+tokens, a cancelled run stops within a step, and `ffwd generate` renders as the server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from tiny_service import tiny_service, tokenizer
+
+from ffwd.config import FillConfig
+from ffwd.engine.cli import prompt_ids
+from ffwd.fill import read_trace
+from ffwd.serve.app import create_app
+from ffwd.serve.events import Event, Finished
+from ffwd.serve.protocol import ChatCompletionRequest
+from ffwd.serve.service import ModelService
+
+URL = "/v1/chat/completions"
+ASK = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(tiny_service())) as c:
+        yield c
+
+
+def test_a_request_cannot_write_a_server_file(client: TestClient, tmp_path: Path) -> None:
+    target = tmp_path / "made" / "by" / "client.jsonl"
+    for trace in (str(target), True):
+        for stream in (False, True):
+            r = client.post(URL, json={**ASK, "stream": stream, "ffwd": {"trace": trace}})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "ffwd.trace", r.text
+    assert not (tmp_path / "made").exists()
+
+
+def test_tracing_is_the_operator_s_and_a_request_may_switch_it(tmp_path: Path) -> None:
+    path = tmp_path / "server.jsonl"
+    svc = tiny_service(FillConfig(fill="strict", trace=str(path)))
+    body = {**ASK, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 4}
+    with TestClient(create_app(svc)) as c:
+        assert c.post(URL, json={**body, "ffwd": {"trace": False}}).status_code == 200
+        assert not path.exists()
+        assert c.post(URL, json={**body, "ffwd": {"trace": True}}).status_code == 200
+        assert c.post(URL, json=body).status_code == 200
+    assert len(read_trace(path)) >= 2  # the forced opening of each traced request
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [({"ffwd": {"k": 1_000_000_000_000}}, "ffwd.k"),
+     ({"ffwd": {"index_max": 10**30}}, "ffwd.index_max"),
+     ({"logit_bias": {"49152": 5}}, "logit_bias"),
+     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+      "tools")],
+)
+def test_bad_overrides_are_400_before_any_stream(
+    client: TestClient, extra: dict[str, Any], param: str
+) -> None:
+    r = client.post(URL, json={**ASK, **extra, "stream": True})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+def test_logprobs_cover_injected_tokens(client: TestClient) -> None:
+    body = {**ASK, "tools": [WEATHER], "tool_choice": "required", "logprobs": True,
+            "top_logprobs": 2, "temperature": 0}
+    r = client.post(URL, json=body).json()
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] == 4
+    assert r["ffwd"]["injected_by_origin"]  # the forced opening was injected
+    opening = b"".join(bytes(t["bytes"]) for t in content).decode()
+    assert "<tool_call>".startswith(opening) or opening.startswith("<tool_call>"), opening
+    assert all(t["logprob"] <= 0 and len(t["top_logprobs"]) == 2 for t in content)
+    text = client.post("/v1/completions", json={"prompt": "Once upon", "logprobs": 0}).json()
+    assert len(text["choices"][0]["logprobs"]["tokens"]) == text["usage"]["completion_tokens"]
+
+
+def test_a_cancelled_run_stops_within_one_step() -> None:
+    svc = tiny_service(FillConfig(fill="off"), capped=False)
+    prep = svc.prepare_chat(ChatCompletionRequest.model_validate({**ASK, "max_tokens": 200}))
+    backend = svc.backend
+    start = backend.forward_calls
+    cancel_at = start + 6  # the client leaves during the sixth forward of this request
+    events: list[Event] = []
+    svc.run(prep, events.append, lambda: backend.forward_calls >= cancel_at)
+    fin = events[-1]
+    assert isinstance(fin, Finished) and fin.finish_reason == "cancelled"
+    # The id from the forward that saw the cancel is the last: no forward after it.
+    assert backend.forward_calls == cancel_at
+    assert fin.usage.completion_tokens == 6
+
+
+def test_generate_renders_the_prompt_as_the_server_does() -> None:
+    svc: ModelService = tiny_service()
+    req = ChatCompletionRequest.model_validate(
+        {"messages": [{"role": "user", "content": "Name a color."}]})
+    served = svc.prepare_chat(req).prompt_ids
+    assert prompt_ids(tokenizer(), "Name a color.", raw=False) == served

@@ -1,0 +1,44 @@
+"""The real `ModelService` on a tiny random model with the embedded model's tokenizer:
+the whole request path (template, tools, rows, fill, decode, parsing) in milliseconds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from typing import Any
+
+from tiny_models import tiny_model
+
+from ffwd.config import FillConfig
+from ffwd.engine.hf import HFBackend
+from ffwd.models import load_tokenizer
+from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.service import ModelService, Prepared
+
+
+@cache
+def tokenizer() -> Any:
+    return load_tokenizer("default")
+
+
+class CappedService(ModelService):
+    """Generations capped at `cap` tokens, so a fuzzer's max_tokens costs nothing."""
+
+    cap = 4
+
+    def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+        prep = super().prepare_chat(req)
+        return replace(prep, max_tokens=min(prep.max_tokens, self.cap))
+
+    def prepare_completion(self, req: CompletionRequest) -> Prepared:
+        prep = super().prepare_completion(req)
+        return replace(prep, max_tokens=min(prep.max_tokens, self.cap))
+
+
+def tiny_service(fill: FillConfig | None = None, *, capped: bool = True,
+                 context: int = 2048) -> ModelService:
+    tok = tokenizer()
+    model = tiny_model(vocab=len(tok), max_position_embeddings=context)
+    backend = HFBackend(model, eos_ids=frozenset({tok.eos_token_id}), prefill_chunk=512)
+    cls = CappedService if capped else ModelService
+    return cls(backend, tok, "tiny", fill or FillConfig(fill="echo"))
