@@ -131,6 +131,7 @@ def create_app(
     ) -> Response:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[object] = asyncio.Queue()
+        left = _Leave(service, metrics, request.url.path, stream)
 
         def put(item: object) -> None:
             if isinstance(item, Finished):  # counted here: cancelled runs have no reader
@@ -144,21 +145,21 @@ def create_app(
                 put(exc)
                 raise
             finally:
+                left.settle()
                 put(_DONE)
 
         try:
-            job = scheduler.submit(work)
+            left.job = scheduler.submit(work)
         except QueueFull as exc:
             raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": "1"}) from None
-        endpoint = request.url.path
         if stream:
             return StreamingResponse(
-                _sse(events, job, reply, include_usage, metrics, endpoint),
+                _sse(events, left, reply, include_usage, metrics),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        return await _whole(request, events, job, reply, metrics)
+        return await _whole(request, events, left, reply, metrics)
 
     app.state.metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
     install_openapi(app, {"/v1/chat/completions": ChatCompletionRequest,
@@ -185,6 +186,38 @@ def _check_model(requested: str, served: str) -> None:
         )
 
 
+class _Leave:
+    """A request's job and what happens when its client goes away.
+
+    `__call__` cancels the job and notes the model's forward count; `settle`
+    (on the worker, when the job ends) observes how many forwards ran after
+    that: 0 or 1 for a plain decode step.
+    """
+
+    def __init__(self, service: Service, metrics: Metrics, endpoint: str, stream: bool) -> None:
+        self.service, self.metrics = service, metrics
+        self.endpoint, self.stream = endpoint, "true" if stream else "false"
+        self.job: Job | None = None
+        self.at: int | None = None
+
+    def __call__(self) -> None:
+        job = self.job
+        if job is None or job.done.is_set() or job.cancelled:
+            return
+        self.at = self.service.forward_calls
+        job.cancel()
+        self.metrics.cancelled.labels(endpoint=self.endpoint, stream=self.stream).inc()
+
+    def settle(self) -> None:
+        if self.at is not None:
+            self.metrics.forwards_after_cancel.observe(self.service.forward_calls - self.at)
+
+    def done(self) -> None:
+        """The response is complete (or failed): the job has nothing left to do."""
+        if self.job is not None:
+            self.job.cancel()  # no-op when it already finished
+
+
 def _as_api_error(exc: BaseException) -> APIError:
     """What a failed generation tells the client (a 500 unless it was an APIError)."""
     if isinstance(exc, APIError):
@@ -200,7 +233,8 @@ async def _watch_disconnect(request: Request, events: asyncio.Queue[object]) -> 
 
 
 async def _whole(
-    request: Request, events: asyncio.Queue[object], job: Job, reply: Reply, metrics: Metrics
+    request: Request, events: asyncio.Queue[object], left: _Leave, reply: Reply,
+    metrics: Metrics,
 ) -> Response:
     finished: Finished | None = None
     watcher = asyncio.create_task(_watch_disconnect(request, events))
@@ -208,8 +242,7 @@ async def _whole(
         while True:
             item = await events.get()
             if item is _GONE:
-                job.cancel()
-                metrics.cancelled.labels(endpoint=request.url.path, stream="false").inc()
+                left()
                 return Response(status_code=499)  # nginx's "client closed request"
             if item is _DONE:
                 break
@@ -223,7 +256,7 @@ async def _whole(
                 finished = item
     finally:
         watcher.cancel()
-        job.cancel()  # no-op when it already finished
+        left.done()
     if finished is None:
         raise server_error("generation ended without a result")
     metrics.latency.observe(time.perf_counter() - reply.started)
@@ -237,8 +270,8 @@ def _mark_token(reply: Reply, metrics: Metrics) -> None:
 
 
 async def _sse(
-    events: asyncio.Queue[object], job: Job, reply: Reply, include_usage: bool,
-    metrics: Metrics, endpoint: str,
+    events: asyncio.Queue[object], left: _Leave, reply: Reply, include_usage: bool,
+    metrics: Metrics,
 ) -> AsyncIterator[str]:
     try:
         opening = reply.opening()
@@ -249,7 +282,7 @@ async def _sse(
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
-                metrics.stream_errors.labels(endpoint=endpoint).inc()
+                metrics.stream_errors.labels(endpoint=left.endpoint).inc()
                 yield f"data: {json.dumps(_as_api_error(item).body())}\n\n"
                 break
             if isinstance(item, TokenLogprob):
@@ -267,8 +300,7 @@ async def _sse(
                 metrics.latency.observe(time.perf_counter() - reply.started)
         yield "data: [DONE]\n\n"
     except (GeneratorExit, asyncio.CancelledError):
-        metrics.cancelled.labels(endpoint=endpoint, stream="true").inc()
+        left()  # the client went away: stop the generation within a step
         raise
     finally:
-        # The client went away (or we are done): stop the generation within a step.
-        job.cancel()
+        left.done()

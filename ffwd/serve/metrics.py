@@ -46,6 +46,11 @@ class Metrics:
             "Generations stopped because the client went away, by endpoint and streaming",
             ["endpoint", "stream"], registry=r,
         )
+        self.forwards_after_cancel = Histogram(
+            "ffwd_forwards_after_cancel",
+            "Model forwards a generation ran after its client went away (a step: 0-1 plain)",
+            registry=r, buckets=(0, 1, 2, 4, 8, 16, 64),
+        )
         self.stream_errors = Counter(
             "ffwd_stream_errors", "Streams that failed after their 200 (an SSE error event)",
             ["endpoint"], registry=r,

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import socket
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -173,15 +176,23 @@ def test_completions_endpoint(server: Server) -> None:
             "name": "bad", "parameters": {"type": "object", "properties": "x"}}}]},
          400, "tools"),
         ({"messages": [{"role": "user", "content": "word " * 9000}]}, 400, "messages"),
-        ({"messages": ASK, "ffwd": {"fill": "turbo"}}, 400, "ffwd"),
+        ({"messages": ASK, "ffwd": {"fill": "turbo"}}, 400, "ffwd.fill"),
+        ({"messages": ASK, "ffwd": {"trace": "/tmp/ffwd-client/x.jsonl"}}, 400, "ffwd.trace"),
+        ({"messages": [{"role": "user", "content": "\ud800 hi"}]}, 400, "messages[0].content"),
+        ({"messages": ASK, "logit_bias": {"9" * 5000: 1}}, 400, "logit_bias"),
+        ({"messages": ASK, "ffwd": {"k": 1_000_000_000_000}, "stream": True},
+         400, "ffwd.k"),
+        ({"messages": ASK, "max_tokens": True}, 400, "max_tokens"),
         ({"messages": ASK, "model": "gpt-5"}, 404, "model"),
     ],
 )
 def test_client_errors_keep_the_server_serving(
     server: Server, body: dict[str, Any], status: int, param: str
 ) -> None:
-    r = httpx.post(server.url + "/v1/chat/completions", json={"model": "default", **body},
-                   timeout=120)
+    # json.dumps escapes what httpx's UTF-8 encoder refuses (a lone surrogate).
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                   content=json.dumps({"model": "default", **body}).encode(),
+                   headers={"content-type": "application/json"})
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["param"] == param and err["message"] and set(err) >= {"type", "code"}
@@ -253,3 +264,50 @@ def test_interleaved_conversations_keep_their_prompt_cache(server: Server) -> No
     cached = r.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
     # Conversation B replaced A in the live cache; A's prompt came back from the LRU.
     assert cached is not None and cached >= ra.usage.prompt_tokens - 1  # type: ignore[union-attr]
+
+
+def metric(text: str, name: str) -> float:
+    """One sample's value from a Prometheus text page (0 when absent)."""
+    m = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def wait_for(predicate: Any, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_non_streaming_client_that_leaves_frees_the_worker_within_one_step(
+    server: Server,
+) -> None:
+    # EOS ids suppressed and fill off: a plain step is one forward, and 2000 would take minutes.
+    body = json.dumps({
+        "model": "default", "messages": [{"role": "user", "content": "Tell a long story."}],
+        "max_tokens": 2000, "temperature": 0.8, "seed": 1, "logit_bias": {"0": -100, "2": -100},
+        "ffwd": {"fill": "off"},
+    }).encode()
+    def health() -> Any:
+        return httpx.get(server.url + "/health").json()
+
+    def forwards() -> float:
+        return metric(httpx.get(server.url + "/metrics").text, "ffwd_forward_calls_total")
+
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    wait_for(lambda: health()["running"])
+    before = httpx.get(server.url + "/metrics").text
+    wait_for(lambda: forwards() > metric(before, "ffwd_forward_calls_total") + 2)  # decoding
+    sock.close()  # the client gives up
+    wait_for(lambda: not health()["running"])
+    text = httpx.get(server.url + "/metrics").text
+    name = 'ffwd_cancelled_requests_total{endpoint="/v1/chat/completions",stream="false"}'
+    assert metric(text, name) == 1
+    # Counted in forwards, not seconds: at most the step in flight ran after the disconnect.
+    assert metric(text, "ffwd_forwards_after_cancel_count") == 1
+    assert metric(text, "ffwd_forwards_after_cancel_sum") <= 1
+    tokens = metric(text, "ffwd_completion_tokens_total") - metric(
+        before, "ffwd_completion_tokens_total")
+    assert 0 < tokens < 2000

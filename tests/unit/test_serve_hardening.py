@@ -240,11 +240,16 @@ def test_a_disconnected_non_streaming_client_cancels_its_generation() -> None:
 
     asyncio.run(call())
     assert svc.cancel_seen.wait(5), "the generation was not cancelled"
+    for _ in range(500):  # the worker settles the job right after the run returns
+        if not app.state.scheduler.running:
+            break
+        threading.Event().wait(0.01)
     assert sent[0]["status"] == 499
     with TestClient(app) as c:
         text = c.get("/metrics").text
     assert f'ffwd_cancelled_requests_total{{endpoint="{URL}",stream="false"}} 1.0' in text
     assert f'ffwd_requests_total{{endpoint="{URL}",status="499"}} 1.0' in text
+    assert "ffwd_forwards_after_cancel_count 1.0" in text  # observed when the job ended
 
 
 def test_openapi_declares_bodies_errors_and_text_metrics(client: TestClient) -> None:
