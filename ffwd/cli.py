@@ -18,40 +18,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("ffwd.engine.cli", "generate from a prompt and print the result"),
     "replay": ("ffwd.bench.replay", "model-free replay of BFCL calls through the strict tier"),
     "bench": ("ffwd.bench.cli", "side-by-side benchmarks and report"),
-    "info": ("ffwd.info", "print versions, the resolved configuration and the default model"),
+    "info": ("ffwd.info", "what a model runs as: path, backend, dtype, template, context, "
+             "greedy determinism"),
 }
-
-
-def _load(module: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module.startswith(exc.name):
-            return None  # the subcommand's module is not part of this build yet
-        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ffwd", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    wanted = argv[0] if argv and argv[0] in COMMANDS else None
-    loaded: dict[str, ModuleType | None] = {}
+    wanted = next((a for a in argv if a in COMMANDS), None)
+    loaded: dict[str, ModuleType] = {}
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         # Import only the chosen command's module: the others may pull torch.
         if name == wanted:
-            mod = loaded[name] = _load(module)
-            if mod is not None:
-                mod.add_arguments(p)
+            loaded[name] = importlib.import_module(module)
+            loaded[name].add_arguments(p)
     args, rest = parser.parse_known_args(argv)
-    mod = loaded.get(args.command)
-    if mod is None:
-        print(f"ffwd {args.command}: not built yet in this version of ffwd", file=sys.stderr)
-        return 2
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    return int(mod.main(args))
+    return int(loaded[args.command].main(args))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ import gc
 import sys
 
 from ffwd.config import FILL_MODES, FillMode, resolve_engine_config, resolve_fill_config
+from ffwd.serve.body import DEFAULT_MAX_BYTES
+from ffwd.serve.service import DEFAULT_PROMPT_CACHE_BYTES
 
 # Chosen from `ffwd bench --workload all --limit 3` (stop 7): echo was not slower than
 # off on prose (1.02x decode tok/s) and 1.76x faster on copy-heavy edits.
@@ -14,27 +16,41 @@ SERVER_DEFAULT_FILL: FillMode = "echo"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default", help="default, a HF directory or a .gguf file")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (loopback by default)")
-    p.add_argument("--port", type=int, default=8000)
-    p.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY'")
-    p.add_argument("--max-queue", type=int, default=16, help="requests allowed to wait")
-    p.add_argument("--prompt-cache-bytes", type=int, default=1 << 30,
-                   help="KV states of other conversations kept, LRU (0 = live cache only)")
+    p.add_argument("--model", default="default",
+                   help="default (the embedded SmolLM2-135M-Instruct), a HF directory or a .gguf "
+                   "file (default: default)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: none, open)")
+    p.add_argument("--max-queue", type=int, default=16,
+                   help="requests allowed to wait; more get 429 (default: 16)")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BYTES,
+                   help=f"largest request body; larger get 413 (default: {DEFAULT_MAX_BYTES})")
+    p.add_argument("--prompt-cache-bytes", type=int, default=DEFAULT_PROMPT_CACHE_BYTES,
+                   help="KV states of other conversations kept, LRU; 0 = live cache only "
+                   f"(default: {DEFAULT_PROMPT_CACHE_BYTES})")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
-    p.add_argument("--dtype", default=None, help="auto|float32|bfloat16 (FFWD_DTYPE)")
-    p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
-    p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
+    p.add_argument("--dtype", default=None,
+                   help="auto|float32|bfloat16|float16 (FFWD_DTYPE; default: auto = bfloat16 on "
+                   "CUDA and on CPUs with native bfloat16, else float32)")
+    p.add_argument("--device", default=None,
+                   help="auto|cpu|cuda|cuda:N (FFWD_DEVICE; default: auto = cuda when available)")
+    p.add_argument("--threads", default=None,
+                   help="torch threads, 0 = torch's default (FFWD_THREADS; default: 0)")
     g = p.add_argument_group("fill (each overrides its FFWD_FILL* variable)")
     g.add_argument("--fill", default=None, choices=FILL_MODES,
-                   help=f"FFWD_FILL (server default: {SERVER_DEFAULT_FILL})")
-    g.add_argument("--fill-max-span", default=None, help="FFWD_FILL_MAX_SPAN")
-    g.add_argument("--fill-append-chunk-size", default=None, help="FFWD_FILL_APPEND_CHUNK_SIZE")
-    g.add_argument("--fill-k", default=None, help="FFWD_FILL_K")
-    g.add_argument("--fill-candidates", default=None, help="FFWD_FILL_CANDIDATES")
-    g.add_argument("--fill-index-max", default=None, help="FFWD_FILL_INDEX_MAX")
-    g.add_argument("--fill-trace", default=None, help="FFWD_FILL_TRACE: 1 or a .jsonl path")
+                   help=f"FFWD_FILL (default for the server: {SERVER_DEFAULT_FILL})")
+    g.add_argument("--fill-max-span", default=None, help="FFWD_FILL_MAX_SPAN (default: 32)")
+    g.add_argument("--fill-append-chunk-size", default=None,
+                   help="FFWD_FILL_APPEND_CHUNK_SIZE (default: 0 = the backend's limit)")
+    g.add_argument("--fill-k", default=None, help="FFWD_FILL_K (default: 8)")
+    g.add_argument("--fill-candidates", default=None, help="FFWD_FILL_CANDIDATES (default: 24)")
+    g.add_argument("--fill-index-max", default=None, help="FFWD_FILL_INDEX_MAX (default: 131072)")
+    g.add_argument("--fill-trace", default=None,
+                   help="FFWD_FILL_TRACE: 1 (cache checks) or a .jsonl file every request is "
+                   "traced to; requests may switch it off (default: off)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -54,6 +70,10 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--prompt-cache-bytes {args.prompt_cache_bytes}: expected >= 0")
         if not 0 < args.port < 65536:
             raise ValueError(f"--port {args.port}: expected 1..65535")
+        if args.max_body_bytes < 1024:
+            raise ValueError(f"--max-body-bytes {args.max_body_bytes}: expected >= 1024")
+        if fill.trace_path:
+            _check_trace_file(fill.trace_path)
         from ffwd.models import resolve_model
 
         ref = resolve_model(args.model)
@@ -64,6 +84,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from tqdm import tqdm
 
+    from ffwd.info import loaded_promise
     from ffwd.models import load_backend, load_tokenizer
     from ffwd.serve.app import create_app
     from ffwd.serve.service import ModelService
@@ -85,7 +106,9 @@ def main(args: argparse.Namespace) -> int:
     # full collection (one cost ~140 ms in the middle of a request's compile).
     gc.collect()
     gc.freeze()
-    app = create_app(service, api_key=args.api_key, max_queue=args.max_queue)
+    app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
+                     max_body_bytes=args.max_body_bytes)
+    print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
     print(
         f"ffwd serving {ref.name} ({service.format_name} tools, fill {fill.fill}) "
         f"at http://{args.host}:{args.port}/v1",
@@ -93,3 +116,14 @@ def main(args: argparse.Namespace) -> int:
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def _check_trace_file(path: str) -> None:
+    """Fail at start, not on every request, when the trace file cannot be appended to."""
+    from ffwd.fill import TraceWriter
+
+    try:
+        TraceWriter(path).close()
+    except OSError as exc:
+        raise ValueError(f"FFWD_FILL_TRACE={path!r}: cannot append to it ({exc})") from None
+

@@ -33,6 +33,7 @@ from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 Emit = Callable[[Event], None]
 DEFAULT_PROMPT_CACHE_BYTES = 1 << 30
+DEFAULT_CONTEXT_WINDOW = 8192  # when the model's config does not say
 COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 
@@ -73,7 +74,7 @@ class ModelService:
         self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
         cfg = getattr(getattr(backend, "model", None), "config", None)
         self.context_window = context_window or int(
-            getattr(cfg, "max_position_embeddings", 0) or 8192
+            getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW
         )
         # Saved states need a checkpointable cache; without one only the live cache is reused.
         can_save = getattr(backend, "can_checkpoint", False) and hasattr(backend, "save_state")

@@ -1,0 +1,130 @@
+"""`ffwd info`: what a model will run as, without loading its weights.
+
+Prints the resolved model file, the backend, device, dtype and threads the
+settings resolve to, the chat template and tool-call format the server
+would use, the context window, the fill settings ``ffwd serve`` would start
+with, and what greedy determinism that configuration promises (see
+`greedy_promise`). ``--json`` prints the same as one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+from ffwd.config import resolve_engine_config, resolve_fill_config
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="default, a HF directory or a .gguf file")
+    p.add_argument("--dtype", default=None, help="auto|float32|bfloat16|float16 (FFWD_DTYPE)")
+    p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
+    p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
+    p.add_argument("--tool-format", default=None,
+                   help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def greedy_promise(backend: str, device: str, dtype: str) -> tuple[bool, str]:
+    """Whether greedy output is independent of how ids are batched into forwards.
+
+    Fill appends several ids per forward and the prompt cache changes how many
+    prompt ids one prefill forward takes; greedy output stays the same only
+    where a forward's rows do not depend on how many ids it carries.
+
+    >>> greedy_promise("transformers", "cpu", "float32")[0]
+    True
+    >>> greedy_promise("transformers", "cpu", "bfloat16")[1][:3]
+    'no:'
+    """
+    if backend == "transformers" and device == "cpu" and dtype == "float32":
+        return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "
+                      "with a cold or a warm prompt cache")
+    why = ("reduced precision rounds differently for different batch shapes"
+           if dtype != "float32" else "GPU kernels are chosen by batch shape")
+    return False, (f"no: {why}, so greedy output can change with fill on/off and with the "
+                   "prompt-cache state (use --dtype float32 on CPU for identical output)")
+
+
+def loaded_promise(backend: Any) -> tuple[bool, str]:
+    """`greedy_promise` for a loaded backend (what `ffwd serve` prints at start)."""
+    from ffwd.engine.hf import HFBackend
+
+    if isinstance(backend, HFBackend):
+        dtype = str(backend.model.dtype).removeprefix("torch.")
+        return greedy_promise("transformers", backend.device.type, dtype)
+    return False, f"no: not established for {type(backend).__name__}"
+
+
+def describe(args: argparse.Namespace) -> dict[str, Any]:
+    """Everything `ffwd info` reports, resolved from the arguments and the environment."""
+    from ffwd.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model
+    from ffwd.serve.cli import SERVER_DEFAULT_FILL
+    from ffwd.templates.render import model_template, resolve_template
+
+    engine = resolve_engine_config(
+        overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads})
+    fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
+    ref = resolve_model(args.model)
+    device = resolve_device(engine.device)
+    dtype = str(resolve_dtype(engine.dtype, device)).removeprefix("torch.")
+    tokenizer = load_tokenizer(ref)
+    template, tool_format = resolve_template(tokenizer, args.tool_format)
+    backend = "transformers"
+    promised, promise = greedy_promise(backend, device, dtype)
+    return {
+        "ffwd": metadata.version("ffwd"),
+        "python": platform.python_version(),
+        "model": ref.name,
+        "path": str(ref.path),
+        "size": f"{ref.path.stat().st_size / 2**20:.1f} MiB" if ref.path.is_file() else None,
+        "backend": backend,
+        "device": device,
+        "dtype": f"{dtype} ({engine.dtype})" if engine.dtype == "auto" else dtype,
+        "threads": _threads(engine.threads),
+        "template": "the model's own" if template == model_template(tokenizer)
+        else f"builtin {tool_format} (the model's own has no tool calls)",
+        "tool_format": tool_format,
+        "context_window": _context_window(ref),
+        "vocab_size": len(tokenizer),
+        "fill_served": fill.fill,
+        "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
+        "greedy_deterministic": promised,
+        "greedy_determinism": promise,
+    }
+
+
+def _threads(requested: int) -> str:
+    import torch
+
+    return str(requested) if requested else f"{torch.get_num_threads()} (torch default)"
+
+
+def _context_window(ref: Any) -> int:
+    """Prompt plus output tokens the server allows per request (the model config's)."""
+    from transformers import AutoConfig
+
+    from ffwd.serve.service import DEFAULT_CONTEXT_WINDOW
+
+    kwargs = {"gguf_file": ref.gguf_file} if ref.gguf_file else {}
+    cfg = AutoConfig.from_pretrained(ref.directory, **kwargs)
+    return int(getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        info = describe(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"ffwd info: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(info, ensure_ascii=False))
+        return 0
+    width = max(map(len, info))
+    for key, value in info.items():
+        print(f"{key.replace('_', ' '):<{width}}  {'-' if value is None else value}")
+    return 0

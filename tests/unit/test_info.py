@@ -1,0 +1,63 @@
+"""`ffwd info` and the CLI's commands: every listed command is real, and info reports what
+a model runs as, greedy determinism included."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from ffwd.cli import COMMANDS
+from ffwd.cli import main as ffwd_main
+from ffwd.info import greedy_promise
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_every_listed_command_is_built(name: str) -> None:
+    module = importlib.import_module(COMMANDS[name][0])
+    assert callable(module.add_arguments) and callable(module.main)
+
+
+@pytest.mark.parametrize(
+    ("device", "dtype", "promised"),
+    [("cpu", "float32", True), ("cpu", "bfloat16", False), ("cpu", "float16", False),
+     ("cuda", "float32", False), ("cuda", "bfloat16", False)],
+)
+def test_greedy_promise(device: str, dtype: str, promised: bool) -> None:
+    ok, text = greedy_promise("transformers", device, dtype)
+    assert ok is promised and text.startswith("yes:" if promised else "no:")
+
+
+def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ffwd_main(["info", "--json", "--dtype", "float32", "--device", "cpu",
+                      "--threads", "1"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["model"] == "SmolLM2-135M-Instruct" and Path(info["path"]).is_file()
+    assert info["path"].endswith(".gguf") and info["size"].endswith("MiB")
+    assert (info["backend"], info["device"], info["dtype"], info["threads"]) == (
+        "transformers", "cpu", "float32", "1")
+    assert info["tool_format"] == "hermes" and info["template"].startswith("builtin hermes")
+    assert info["context_window"] == 8192 and info["vocab_size"] == 49152
+    assert info["fill_served"] in ("off", "strict", "echo")
+    assert info["greedy_deterministic"] is True
+    assert ffwd_main(["info", "--model", "/no/such/model"]) == 2
+    assert "expected one of default" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_trace_file_it_cannot_write(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ffwd_main(["serve", "--fill-trace", "/dev/null/sub/trace.jsonl"]) == 2
+    assert "cannot append" in capsys.readouterr().err
+
+
+def test_readme_links_stay_inside_the_repository() -> None:
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text()
+    links = re.findall(r"\]\(([^)#]+)\)", readme)
+    assert "docs/architecture.md" in links and "../" not in readme
+    for link in links:
+        if "://" not in link:
+            assert (root / link).exists(), link
