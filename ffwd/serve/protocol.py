@@ -29,6 +29,7 @@ from ffwd.serve.errors import bad_request
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 MAX_STOP_CHARS = 1000  # a stop string is matched against every token's text
 MAX_TOP_LOGPROBS = 20
+MAX_TOOLS = 128  # as OpenAI; each request's tools are compiled into rows (CPU time)
 # Content part types of other modalities: refused with a message that says why.
 NON_TEXT_PARTS = ("image_url", "input_audio", "file", "image", "input_image", "audio")
 
@@ -267,7 +268,8 @@ class SamplingFields(_Model):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[Message] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = Field(default=None, json_schema_extra=TOOL_SCHEMA)
+    tools: Annotated[list[dict[str, Any]], Field(max_length=MAX_TOOLS)] | None = Field(
+        default=None, json_schema_extra=TOOL_SCHEMA)
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     parallel_tool_calls: bool = True
     max_completion_tokens: AtLeastOne | None = None

@@ -100,6 +100,8 @@ def test_body_size_limit_is_413(client: TestClient) -> None:
         ({"ffwd": {"k": "4"}}, "ffwd.k", "expected an integer", "invalid_type"),
         ({"ffwd": {"spam": 1}}, "ffwd.spam", "not a known parameter", "unknown_parameter"),
         ({"top_logprobs": 3}, "top_logprobs", "requires logprobs: true", "invalid_value"),
+        ({"tools": [{"type": "function", "function": {"name": f"f{i}"}} for i in range(129)]},
+         "tools", "at most 128 items", "invalid_value"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal to 20",
          "invalid_value"),
     ],
