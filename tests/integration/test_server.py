@@ -311,3 +311,37 @@ def test_a_non_streaming_client_that_leaves_frees_the_worker_within_one_step(
     tokens = metric(text, "ffwd_completion_tokens_total") - metric(
         before, "ffwd_completion_tokens_total")
     assert 0 < tokens < 2000
+
+
+def _greedy(server: Server, path: str, body: dict[str, Any]) -> tuple[int, list[str], str]:
+    """(cached prompt tokens, the output's tokens, the text) of one greedy request."""
+    full = {"model": "default", "max_tokens": 32, "temperature": 0, **body}
+    r = httpx.post(server.url + path, json=full, timeout=300).json()
+    choice = r["choices"][0]
+    if path.endswith("chat/completions"):
+        tokens = [t["token"] + str(t["bytes"]) for t in choice["logprobs"]["content"]]
+        text = choice["message"]["content"]
+    else:
+        tokens = [t for t in choice["logprobs"]["tokens"]]
+        text = choice["text"]
+    return r["usage"]["prompt_tokens_details"]["cached_tokens"], tokens, text
+
+
+def test_greedy_output_does_not_depend_on_the_prompt_cache(server: Server) -> None:
+    # The server fixture is the default configuration (fill echo, the default engine).
+    sea = {"messages": [{"role": "user", "content": "Write one sentence about the sea, Ysolde."}],
+           "logprobs": True}
+    tree = {"messages": [{"role": "user", "content": "Write one poem about a tree, Ysolde."}],
+            "logprobs": True}
+    cold = _greedy(server, "/v1/chat/completions", sea)
+    warm = _greedy(server, "/v1/chat/completions", sea)  # all but the last prompt id cached
+    _greedy(server, "/v1/chat/completions", tree)  # another conversation takes the live cache
+    restored = _greedy(server, "/v1/chat/completions", sea)  # back from the LRU
+    plain = _greedy(server, "/v1/chat/completions", {**sea, "ffwd": {"fill": "off"}})
+    assert warm[0] > cold[0] and restored[0] == warm[0]
+    assert cold[1] == warm[1] == restored[1] == plain[1] and cold[2] == warm[2]
+    # A completion whose first id nothing shares: nothing at all cached, then everything.
+    text = {"prompt": "Qwyzx wrote one sentence about the sea:", "logprobs": 0}
+    first = _greedy(server, "/v1/completions", text)
+    again = _greedy(server, "/v1/completions", text)
+    assert first[0] == 0 < again[0] and first[1:] == again[1:]
