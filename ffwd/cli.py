@@ -1,4 +1,4 @@
-"""`ffwd serve | generate | replay | bench | info`.
+"""`ffwd serve | generate | replay | bench | deploy | info`.
 
 Each subcommand lives in its own module, which provides
 ``add_arguments(parser)`` and ``main(args) -> int``; this file only routes.
@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("ffwd.engine.cli", "generate from a prompt and print the result"),
     "replay": ("ffwd.bench.replay", "model-free replay of BFCL calls through the strict tier"),
     "bench": ("ffwd.bench.cli", "side-by-side benchmarks and report"),
+    "deploy": ("ffwd.deploy.cli", "scale out on Ray Serve: print a Serve config file"),
     "info": ("ffwd.info", "what a model runs as: path, backend, dtype, template, context, "
              "greedy determinism"),
 }

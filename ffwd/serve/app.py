@@ -1,11 +1,12 @@
 """The HTTP layer: routes, errors, JSON and SSE delivery, cancellation.
 
-It owns no decoding logic. A `Service` prepares a validated request (template,
-tokens, fill plan; raising `APIError` for bad input) and runs it on the
-scheduler's worker thread, emitting `events.Event`s; this module moves those
-events to the client and counts them in the metrics. A client that goes away
-(streaming or not) cancels its generation: the worker stops within one step.
-`create_app` is the one app factory (the Ray Serve deployment wraps it too).
+It owns no decoding logic. An `execute.Executor` prepares a validated request
+(template, tokens, fill plan; raising `APIError` for bad input) and runs it,
+emitting `events.Event`s: by default a `LocalExecutor` over a `Service` on this
+process's worker thread, under `ffwd.deploy` a Ray Serve replica. This module
+moves those events to the client and counts them in the metrics. A client
+that goes away (streaming or not) cancels its generation: the model stops
+within one step. `create_app` is the one app factory for both.
 """
 
 from __future__ import annotations
@@ -13,71 +14,50 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from pydantic import BaseModel, ValidationError
-from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ffwd.serve.body import DEFAULT_MAX_BYTES, read_json
-from ffwd.serve.errors import APIError, from_validation_error, server_error
-from ffwd.serve.events import ContentDelta, Event, Finished, TokenLogprob, ToolCallDelta
+from ffwd.serve.errors import APIError, as_api_error, from_validation_error, server_error
+from ffwd.serve.events import ContentDelta, Finished, TokenLogprob, ToolCallDelta
+from ffwd.serve.execute import Emit, Executor, Job, LocalExecutor, Service
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.middleware import Guard
 from ffwd.serve.openapi import GET_RESPONSES, METRICS_RESPONSE, POST_RESPONSES, install_openapi
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
 from ffwd.serve.responses import Reply
-from ffwd.serve.scheduler import Job, QueueFull, Scheduler
 
-Emit = Callable[[Event], None]
 _M = TypeVar("_M", bound=BaseModel)
+__all__ = ["Emit", "Service", "create_app"]
 _DONE = object()  # the generation's thread has finished
 _GONE = object()  # the client disconnected
 
 
-class Service(Protocol):
-    model_id: str
-
-    # What prepare_* returns is opaque here: it only travels back into run().
-    def prepare_chat(self, req: ChatCompletionRequest) -> Any: ...
-
-    def prepare_completion(self, req: CompletionRequest) -> Any: ...
-
-    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        """Generate, emitting events; when `cancelled()` turns true, stop within a step and
-        emit a `Finished` with finish_reason ``cancelled`` (counted, never sent)."""
-        ...
-
-    def reset(self) -> None:
-        """Forget any state a failed run may have left (e.g. the KV cache)."""
-        ...
-
-    @property
-    def forward_calls(self) -> int:
-        """Model forward passes since start (read live by /metrics)."""
-        ...
-
-
 def create_app(
-    service: Service,
+    service: Service | None = None,
     *,
+    executor: Executor | None = None,
     api_key: str | None = None,
     max_queue: int = 16,
     max_body_bytes: int = DEFAULT_MAX_BYTES,
     metrics: Metrics | None = None,
 ) -> FastAPI:
+    """The API over `service` on a local worker thread (`max_queue` waiting), or `executor`."""
     metrics = metrics or Metrics()
-    scheduler = Scheduler(
-        max_queue, on_depth=metrics.queue_depth.set, on_error=lambda exc: service.reset(),
-    )
+    if executor is None:
+        if service is None:
+            raise TypeError("create_app needs a service or an executor")
+        executor = LocalExecutor(service, max_queue, on_depth=metrics.queue_depth.set)
     app = FastAPI(title="ffwd", docs_url=None, redoc_url=None)
-    app.state.scheduler = scheduler
+    app.state.executor = executor
     app.state.metrics = metrics
-    app.state.service = service
-    metrics.watch_forwards(lambda: service.forward_calls)
+    if executor.forward_calls() is not None:
+        metrics.watch_forwards(lambda: executor.forward_calls() or 0)
 
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, exc: APIError) -> Response:
@@ -92,14 +72,13 @@ def create_app(
 
     @app.get("/health", responses=GET_RESPONSES)
     async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": service.model_id, "queue_depth": scheduler.depth,
-                "running": scheduler.running}
+        return {"status": "ok", "model": executor.model_id, **executor.health()}
 
     @app.get("/v1/models", responses=GET_RESPONSES)
     async def models() -> dict[str, Any]:
         return {
             "object": "list",
-            "data": [{"id": service.model_id, "object": "model", "created": 0,
+            "data": [{"id": executor.model_id, "object": "model", "created": 0,
                       "owned_by": "ffwd"}],
         }
 
@@ -110,60 +89,50 @@ def create_app(
     @app.post("/v1/chat/completions", responses=POST_RESPONSES)
     async def chat(request: Request) -> Response:
         req = await _parse(request, ChatCompletionRequest, max_body_bytes)
-        _check_model(req.model, service.model_id)
+        _check_model(req.model, executor.model_id)
         req.check()
-        prepared = await run_in_threadpool(service.prepare_chat, req)
         reply = Reply("chat", req.model, logprobs=req.logprob_count is not None)
-        return await _respond(request, prepared, req.stream, req.include_usage, reply)
+        return await _respond(request, req, reply)
 
     @app.post("/v1/completions", responses=POST_RESPONSES)
     async def completions(request: Request) -> Response:
         req = await _parse(request, CompletionRequest, max_body_bytes)
-        _check_model(req.model, service.model_id)
+        _check_model(req.model, executor.model_id)
         req.check()
-        prepared = await run_in_threadpool(service.prepare_completion, req)
         reply = Reply("text", req.model, logprobs=req.logprob_count is not None,
                       echo=req.prompt_text if req.echo else "")
-        return await _respond(request, prepared, req.stream, req.include_usage, reply)
+        return await _respond(request, req, reply)
 
     async def _respond(
-        request: Request, prepared: Any, stream: bool, include_usage: bool, reply: Reply
+        request: Request, req: ChatCompletionRequest | CompletionRequest, reply: Reply
     ) -> Response:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[object] = asyncio.Queue()
-        left = _Leave(service, metrics, request.url.path, stream)
+        left = _Leave(executor, metrics, request.url.path, req.stream)
 
         def put(item: object) -> None:
             if isinstance(item, Finished):  # counted here: cancelled runs have no reader
                 metrics.observe_finished(item)
             loop.call_soon_threadsafe(events.put_nowait, item)
 
-        def work(cancelled: Callable[[], bool]) -> None:
-            try:
-                service.run(prepared, put, cancelled)
-            except BaseException as exc:
-                put(exc)
-                raise
-            finally:
-                left.settle()
-                put(_DONE)
+        def end() -> None:  # once, after the run's last event
+            left.settle()
+            put(_DONE)
 
-        try:
-            left.job = scheduler.submit(work)
-        except QueueFull as exc:
-            raise APIError(429, str(exc), type="rate_limit_error", code="queue_full",
-                           headers={"Retry-After": "1"}) from None
-        if stream:
+        started = await executor.start(req, put, end)
+        left.job = started.job
+        if req.stream:
             return StreamingResponse(
-                _sse(events, left, reply, include_usage, metrics),
+                _sse(events, left, reply, req.include_usage, metrics),
                 media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no",
+                         **started.headers},
             )
-        return await _whole(request, events, left, reply, metrics)
+        return await _whole(request, events, left, reply, metrics, started.headers)
 
     app.state.metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
     install_openapi(app, {"/v1/chat/completions": ChatCompletionRequest,
-                          "/v1/completions": CompletionRequest}, [service.model_id, "default"])
+                          "/v1/completions": CompletionRequest}, [executor.model_id, "default"])
     app.add_middleware(Guard, metrics=metrics, api_key=api_key)
     return app
 
@@ -190,12 +159,13 @@ class _Leave:
     """A request's job and what happens when its client goes away.
 
     `__call__` cancels the job and notes the model's forward count; `settle`
-    (on the worker, when the job ends) observes how many forwards ran after
-    that: 0 or 1 for a plain decode step.
+    (when the run ends) observes how many forwards ran after that: 0 or 1 for
+    a plain decode step. Where the model runs in another process (a Ray
+    replica), there is no live count here, and nothing is observed.
     """
 
-    def __init__(self, service: Service, metrics: Metrics, endpoint: str, stream: bool) -> None:
-        self.service, self.metrics = service, metrics
+    def __init__(self, executor: Executor, metrics: Metrics, endpoint: str, stream: bool) -> None:
+        self.executor, self.metrics = executor, metrics
         self.endpoint, self.stream = endpoint, "true" if stream else "false"
         self.job: Job | None = None
         self.at: int | None = None
@@ -204,25 +174,19 @@ class _Leave:
         job = self.job
         if job is None or job.done.is_set() or job.cancelled:
             return
-        self.at = self.service.forward_calls
+        self.at = self.executor.forward_calls()
         job.cancel()
         self.metrics.cancelled.labels(endpoint=self.endpoint, stream=self.stream).inc()
 
     def settle(self) -> None:
-        if self.at is not None:
-            self.metrics.forwards_after_cancel.observe(self.service.forward_calls - self.at)
+        now = self.executor.forward_calls()
+        if self.at is not None and now is not None:
+            self.metrics.forwards_after_cancel.observe(now - self.at)
 
     def done(self) -> None:
         """The response is complete (or failed): the job has nothing left to do."""
         if self.job is not None:
             self.job.cancel()  # no-op when it already finished
-
-
-def _as_api_error(exc: BaseException) -> APIError:
-    """What a failed generation tells the client (a 500 unless it was an APIError)."""
-    if isinstance(exc, APIError):
-        return exc
-    return server_error(f"generation failed: {type(exc).__name__}: {exc}")
 
 
 async def _watch_disconnect(request: Request, events: asyncio.Queue[object]) -> None:
@@ -234,7 +198,7 @@ async def _watch_disconnect(request: Request, events: asyncio.Queue[object]) -> 
 
 async def _whole(
     request: Request, events: asyncio.Queue[object], left: _Leave, reply: Reply,
-    metrics: Metrics,
+    metrics: Metrics, headers: dict[str, str],
 ) -> Response:
     finished: Finished | None = None
     watcher = asyncio.create_task(_watch_disconnect(request, events))
@@ -247,7 +211,7 @@ async def _whole(
             if item is _DONE:
                 break
             if isinstance(item, BaseException):
-                raise _as_api_error(item)
+                raise as_api_error(item)
             if isinstance(item, TokenLogprob):
                 reply.pending.append(item)
             elif isinstance(item, ContentDelta | ToolCallDelta):
@@ -260,7 +224,7 @@ async def _whole(
     if finished is None:
         raise server_error("generation ended without a result")
     metrics.latency.observe(time.perf_counter() - reply.started)
-    return JSONResponse(reply.whole(finished))
+    return JSONResponse(reply.whole(finished), headers=headers)
 
 
 def _mark_token(reply: Reply, metrics: Metrics) -> None:
@@ -283,7 +247,7 @@ async def _sse(
                 break
             if isinstance(item, BaseException):
                 metrics.stream_errors.labels(endpoint=left.endpoint).inc()
-                yield f"data: {json.dumps(_as_api_error(item).body())}\n\n"
+                yield f"data: {json.dumps(as_api_error(item).body())}\n\n"
                 break
             if isinstance(item, TokenLogprob):
                 reply.pending.append(item)

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 
-from ffwd.config import FILL_MODES, FillMode, resolve_engine_config, resolve_fill_config
+from ffwd.config import (
+    FILL_MODES,
+    EngineConfig,
+    FillConfig,
+    FillMode,
+    resolve_engine_config,
+    resolve_fill_config,
+)
 from ffwd.serve.body import DEFAULT_MAX_BYTES
 from ffwd.serve.service import DEFAULT_PROMPT_CACHE_BYTES
 
@@ -16,6 +22,14 @@ SERVER_DEFAULT_FILL: FillMode = "echo"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_service_arguments(p)
+    from ffwd.deploy.cli import add_scale_arguments
+
+    add_scale_arguments(p, join=True)
+
+
+def add_service_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, HTTP, engine and fill flags (shared with `ffwd deploy config`)."""
     p.add_argument("--model", default="default",
                    help="default (the embedded SmolLM2-135M-Instruct), a HF directory or a .gguf "
                    "file (default: default)")
@@ -53,62 +67,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "traced to; requests may switch it off (default: off)")
 
 
+def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig]:
+    """The fill and engine settings the flags give; the other values checked (ValueError)."""
+    fill = resolve_fill_config(overrides={
+        "fill": args.fill, "max_span": args.fill_max_span,
+        "append_chunk_size": args.fill_append_chunk_size, "k": args.fill_k,
+        "candidates": args.fill_candidates, "index_max": args.fill_index_max,
+        "trace": args.fill_trace,
+    }, default_mode=SERVER_DEFAULT_FILL)
+    engine = resolve_engine_config(
+        overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}
+    )
+    check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
+    return fill, engine
+
+
+def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_bytes: int) -> None:
+    if max_queue < 1:
+        raise ValueError(f"--max-queue {max_queue}: expected an integer >= 1")
+    if prompt_cache_bytes < 0:
+        raise ValueError(f"--prompt-cache-bytes {prompt_cache_bytes}: expected >= 0")
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port}: expected 1..65535")
+    if max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
+
+
 def main(args: argparse.Namespace) -> int:
+    from ffwd.deploy.cli import replica_spec
+
     try:
-        fill = resolve_fill_config(overrides={
-            "fill": args.fill, "max_span": args.fill_max_span,
-            "append_chunk_size": args.fill_append_chunk_size, "k": args.fill_k,
-            "candidates": args.fill_candidates, "index_max": args.fill_index_max,
-            "trace": args.fill_trace,
-        }, default_mode=SERVER_DEFAULT_FILL)
-        engine = resolve_engine_config(
-            overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}
-        )
-        if args.max_queue < 1:
-            raise ValueError(f"--max-queue {args.max_queue}: expected an integer >= 1")
-        if args.prompt_cache_bytes < 0:
-            raise ValueError(f"--prompt-cache-bytes {args.prompt_cache_bytes}: expected >= 0")
-        if not 0 < args.port < 65536:
-            raise ValueError(f"--port {args.port}: expected 1..65535")
-        if args.max_body_bytes < 1024:
-            raise ValueError(f"--max-body-bytes {args.max_body_bytes}: expected >= 1024")
+        fill, engine = resolve_settings(args)
         if fill.trace_path:
             _check_trace_file(fill.trace_path)
+        spec = replica_spec(args, fill, engine)  # None: no --replicas, serve in this process
         from ffwd.models import resolve_model
 
-        ref = resolve_model(args.model)
+        # Fail fast on a model this machine cannot load (a joined cluster's nodes may).
+        ref = resolve_model(args.model) if spec is None or args.ray_address is None else None
     except (ValueError, FileNotFoundError) as exc:
         print(f"ffwd serve: {exc}", file=sys.stderr)
         return 2
+    if spec is not None:
+        from ffwd.deploy.run import serve_replicas
+
+        return serve_replicas(spec, args.ray_address)
+    assert ref is not None
 
     import uvicorn
     from tqdm import tqdm
 
     from ffwd.info import loaded_promise
-    from ffwd.models import load_backend, load_tokenizer
     from ffwd.serve.app import create_app
-    from ffwd.serve.service import ModelService
+    from ffwd.serve.service import load_service
 
     with tqdm(total=3, desc=f"loading {ref.name}", unit="step", file=sys.stderr) as bar:
-        tokenizer = load_tokenizer(ref)
-        bar.update()
-        backend = load_backend(
-            ref, dtype=engine.dtype, device=engine.device,
-            prefill_chunk=engine.prefill_chunk, threads=engine.threads,
+        service = load_service(
+            args.model, engine, fill, tool_format=args.tool_format,
+            prompt_cache_bytes=args.prompt_cache_bytes, on_step=lambda name: bar.update(),
         )
-        bar.update()
-        service = ModelService(
-            backend, tokenizer, ref.name, fill, tool_format=args.tool_format,
-            prompt_cache_bytes=args.prompt_cache_bytes,
-        )
-        bar.update()
-    # The loaded model is permanent: keep the collector from rescanning it in every
-    # full collection (one cost ~140 ms in the middle of a request's compile).
-    gc.collect()
-    gc.freeze()
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
                      max_body_bytes=args.max_body_bytes)
-    print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
+    print(f"greedy determinism: {loaded_promise(service.backend)[1]}", file=sys.stderr)
     print(
         f"ffwd serving {ref.name} ({service.format_name} tools, fill {fill.fill}) "
         f"at http://{args.host}:{args.port}/v1",

@@ -33,12 +33,31 @@ class APIError(Exception):
         self.code = code
         self.headers = headers
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt from its fields, not from `args`, so it survives pickling
+        # (ffwd.deploy ships errors from a replica to the ingress).
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
     def body(self) -> dict[str, Any]:
         return {
             "error": {
                 "message": self.message, "type": self.type, "param": self.param, "code": self.code,
             }
         }
+
+
+def _rebuild(cls: type[APIError], args: tuple[Any, ...], state: dict[str, Any]) -> APIError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err
+
+
+def as_api_error(exc: BaseException) -> APIError:
+    """What a failed generation tells the client (a 500 unless it was an APIError)."""
+    if isinstance(exc, APIError):
+        return exc
+    return server_error(f"generation failed: {type(exc).__name__}: {exc}")
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:

@@ -43,10 +43,11 @@ class Server:
         self.stop()
         raise RuntimeError("ffwd serve did not become healthy in 300 s")
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10) -> None:
+        """SIGTERM, then SIGKILL after `timeout` s (a Ray cluster needs ~15 s to go down)."""
         self.proc.terminate()
         try:
-            self.proc.wait(10)
+            self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self._fh.close()

@@ -202,7 +202,7 @@ def test_queue_full_is_429_and_server_recovers() -> None:
         second = threading.Thread(target=call)
         second.start()
         for _ in range(200):  # wait until the second is queued
-            if app.state.scheduler.depth == 1:
+            if app.state.executor.scheduler.depth == 1:
                 break
             threading.Event().wait(0.01)
         r = c.post("/v1/chat/completions", json=CHAT)

@@ -1,0 +1,211 @@
+"""The Ray Serve application: model replicas behind one OpenAI ingress.
+
+`ModelReplica` holds one `ModelService` behind a `LocalExecutor`, the same
+single worker thread `ffwd serve` runs. `generate(req)` yields `Accepted`
+once the request is prepared and queued (or the `APIError` that refused it),
+then the run's events; cancelling the call cancels the run. `Ingress` serves
+`serve.app.create_app` (the same routes, validation, errors, SSE, auth and
+metrics) over a `RayExecutor`, which sends each request through a deployment
+handle, so Ray's request router picks the replica, and turns Ray's failures
+into OpenAI errors: backpressure is a 429 with Retry-After, a replica that
+dies under a request a 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from fastapi import FastAPI
+from ray import serve
+from ray.exceptions import RayActorError, TaskCancelledError
+from ray.serve.exceptions import BackPressureError, RequestCancelledError
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+
+from ffwd.deploy.router import StatsCollector
+from ffwd.deploy.spec import DeploySpec
+from ffwd.serve.app import create_app
+from ffwd.serve.errors import APIError, as_api_error, server_error
+from ffwd.serve.events import Finished
+from ffwd.serve.execute import LocalExecutor, Request, Started, queue_full
+from ffwd.serve.metrics import Metrics
+from ffwd.serve.service import load_service
+
+REPLICA_HEADER = "x-ffwd-replica"  # which model replica served the response
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The first item of a replica's answer: the request is prepared and queued there."""
+
+    replica: str
+
+
+class ModelReplica:
+    """One model, one worker thread: a replica of the model deployment."""
+
+    def __init__(self, spec: DeploySpec) -> None:
+        service = load_service(
+            spec.model, spec.replica_engine, spec.fill, tool_format=spec.tool_format,
+            prompt_cache_bytes=spec.prompt_cache_bytes,
+        )
+        # Ray sends at most max_ongoing requests, so this line never overflows.
+        self.executor = LocalExecutor(service, spec.scale.max_ongoing)
+        self.replica = serve.get_replica_context().replica_id.unique_id
+
+    def info(self) -> dict[str, str]:
+        return {"model_id": self.executor.model_id, "replica": self.replica}
+
+    async def generate(self, req: Request) -> AsyncIterator[object]:
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[object] = asyncio.Queue()
+
+        def put(item: object) -> None:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+
+        try:
+            started = await self.executor.start(req, put, lambda: put(_END))
+        except APIError as exc:
+            yield exc
+            return
+        yield Accepted(self.replica)
+        try:
+            while (item := await items.get()) is not _END:
+                if isinstance(item, Finished):
+                    item = replace(item, ffwd={**item.ffwd, "replica": self.replica})
+                elif isinstance(item, BaseException):
+                    item = as_api_error(item)  # an APIError pickles; any exception may not
+                yield item
+        finally:
+            started.job.cancel()  # the ingress cancelled the call (client gone), or we are done
+
+
+_END = object()
+
+
+def replica_lost(exc: BaseException) -> APIError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return APIError(
+        503, f"the model replica serving this request stopped ({first}); retry the request",
+        type="server_error", code="replica_unavailable", headers={"Retry-After": "1"},
+    )
+
+
+class RayJob:
+    """A request accepted by a replica: `cancel` cancels the handle call, and so the run."""
+
+    def __init__(self, gen: DeploymentResponseGenerator[Any]) -> None:
+        self.gen = gen
+        self.done = threading.Event()
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        if not self.done.is_set():
+            self._cancelled = True
+            self.gen.cancel()
+
+
+class RayExecutor:
+    """`execute.Executor` over a model deployment handle."""
+
+    def __init__(
+        self, handle: DeploymentHandle, model_id: str,
+        on_depth: Callable[[int], None] | None = None,
+    ) -> None:
+        self.handle = handle.options(stream=True)
+        self.model_id = model_id
+        self._on_depth = on_depth
+        self._waiting = 0  # sent, not accepted by a replica yet
+        self._running = 0  # accepted, not finished
+        self._pumps: set[asyncio.Task[None]] = set()
+
+    def forward_calls(self) -> int | None:
+        return None  # the model runs in the replicas' processes
+
+    def health(self) -> dict[str, Any]:
+        return {"queue_depth": self._waiting, "running": self._running > 0,
+                "on_replicas": self._running}
+
+    def _count(self, delta: int) -> None:
+        self._waiting += delta
+        if self._on_depth is not None:
+            self._on_depth(self._waiting)
+
+    async def start(self, req: Request, put: Callable[[object], None],
+                    end: Callable[[], None]) -> Started:
+        gen = cast(DeploymentResponseGenerator[Any], self.handle.generate.remote(req))
+        self._count(+1)
+        try:
+            first = await gen.__anext__()
+        except BackPressureError as exc:
+            raise queue_full(f"the server is busy: {exc}; retry later") from None
+        except RayActorError as exc:
+            raise replica_lost(exc) from None
+        except BaseException:
+            gen.cancel()
+            raise
+        finally:
+            self._count(-1)
+        if isinstance(first, APIError):
+            raise first
+        if not isinstance(first, Accepted):
+            raise server_error(f"unexpected first reply from a replica: {first!r}")
+        job = RayJob(gen)
+        pump = asyncio.get_running_loop().create_task(self._pump(job, put, end))
+        self._pumps.add(pump)  # keep a reference until it is done
+        pump.add_done_callback(self._pumps.discard)
+        return Started(job, headers={REPLICA_HEADER: first.replica})
+
+    async def _pump(self, job: RayJob, put: Callable[[object], None],
+                    end: Callable[[], None]) -> None:
+        """Move a replica's items to the app; a failure as an error; then the end."""
+        self._running += 1
+        try:
+            async for item in job.gen:
+                put(item)
+        except (RequestCancelledError, TaskCancelledError, asyncio.CancelledError):
+            pass  # cancelled by the app: nobody reads on
+        except RayActorError as exc:
+            put(replica_lost(exc))
+        except Exception as exc:
+            put(exc)
+        finally:
+            self._running -= 1
+            job.done.set()
+            end()
+
+
+class Ingress:
+    """The HTTP entry: `create_app` over a `RayExecutor` (built on the ingress replica)."""
+
+    # Serve awaits an async constructor; the model id comes from a replica.
+    async def __init__(self, model: DeploymentHandle, spec: DeploySpec) -> None:  # type: ignore[misc]
+        info = await model.info.remote()
+        self.metrics = Metrics()
+        self.metrics.registry.register(StatsCollector())
+        self.executor = RayExecutor(model, info["model_id"], self.metrics.queue_depth.set)
+        self.api_key = spec.api_key
+        self.max_body_bytes = spec.max_body_bytes
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(executor=self.executor, api_key=self.api_key,
+                          max_body_bytes=self.max_body_bytes, metrics=self.metrics)
+
+
+def build_app(spec: DeploySpec) -> Any:
+    """The Serve application for `spec` (a `serve.Application`: `serve.run` it)."""
+    model = serve.deployment(**spec.model_options())(ModelReplica)
+    ingress = serve.deployment(**spec.ingress_options())(serve.ingress()(Ingress))
+    return ingress.bind(model.bind(spec), spec)
+
+
+def app_builder(args: dict[str, Any]) -> Any:
+    """`import_path` of a Serve config file: `args` as `ffwd deploy config` prints them."""
+    return build_app(DeploySpec.from_args(args))

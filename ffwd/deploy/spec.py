@@ -1,0 +1,131 @@
+"""`DeploySpec`: everything a scale-out deployment needs, resolved, and its Serve options.
+
+The CLI resolves flags into a spec (validated by `ffwd.config`); the spec
+travels to every replica as plain data, so no replica reads the environment.
+`to_args` / `from_args` are the `args` block of a Serve config file (what
+`ffwd deploy config` prints and `serve deploy` hands to `app.app_builder`);
+`model_options`, `ingress_options` and `http_options` are the Serve-native
+settings derived from the scale settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ffwd.config import (
+    EngineConfig,
+    FillConfig,
+    ScaleConfig,
+    resolve_engine_config,
+    resolve_fill_config,
+    resolve_scale_config,
+)
+from ffwd.serve.body import DEFAULT_MAX_BYTES
+from ffwd.serve.cli import SERVER_DEFAULT_FILL, check_limits
+from ffwd.serve.service import DEFAULT_PROMPT_CACHE_BYTES
+
+APP_NAME = "ffwd"
+MODEL_DEPLOYMENT = "ModelReplica"
+INGRESS_DEPLOYMENT = "Ingress"
+ROUTER_CLASS = "ffwd.deploy.ray_router:PrefixAffinityRouter"
+_SERVICE_KEYS = ("model", "tool_format", "prompt_cache_bytes", "api_key", "max_queue",
+                 "max_body_bytes")
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    model: str = "default"
+    fill: FillConfig = field(default_factory=FillConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    tool_format: str | None = None
+    prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES
+    api_key: str | None = None
+    max_queue: int = 16  # requests waiting at the ingress for a replica with room
+    max_body_bytes: int = DEFAULT_MAX_BYTES
+    host: str = "127.0.0.1"
+    port: int = 8000
+
+    def __post_init__(self) -> None:
+        check_limits(self.max_queue, self.prompt_cache_bytes, self.port, self.max_body_bytes)
+
+    @property
+    def replica_engine(self) -> EngineConfig:
+        """The engine settings a replica loads with: torch threads = its reserved CPUs."""
+        if self.engine.threads or self.scale.replica_cpus < 1:
+            return self.engine
+        return replace(self.engine, threads=int(self.scale.replica_cpus))
+
+    # --- the Serve config's `args` ---------------------------------------------
+    def to_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {k: getattr(self, k) for k in _SERVICE_KEYS}
+        args["fill"] = asdict(self.fill)
+        args["engine"] = asdict(self.replica_engine)
+        if args["api_key"] is None:
+            del args["api_key"]  # set it in the file, not on a command line, if needed
+        return args
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, Any]) -> DeploySpec:
+        """A spec from a Serve config's `args`; unknown keys are an error naming them."""
+        known = {*_SERVICE_KEYS, "fill", "engine", "scale"}
+        unknown = sorted(set(args) - known)
+        if unknown:
+            raise ValueError(f"unknown ffwd args {unknown}: expected {', '.join(sorted(known))}")
+        fill = resolve_fill_config(env={}, overrides=_plain(args.get("fill")),
+                                   default_mode=SERVER_DEFAULT_FILL)
+        engine = resolve_engine_config(env={}, overrides=_plain(args.get("engine")))
+        scale = resolve_scale_config(_plain(args.get("scale")))
+        service = {k: args[k] for k in _SERVICE_KEYS if k in args}
+        return cls(fill=fill, engine=engine, scale=scale, **service)
+
+    # --- Serve options ---------------------------------------------------------
+    def model_options(self) -> dict[str, Any]:
+        """The model deployment's options (as in a Serve config's `deployments` entry)."""
+        s = self.scale
+        opts: dict[str, Any] = {
+            "name": MODEL_DEPLOYMENT,
+            "max_ongoing_requests": s.max_ongoing,
+            "max_queued_requests": self.max_queue,
+            "ray_actor_options": {"num_cpus": s.replica_cpus, "num_gpus": s.replica_gpus},
+            "health_check_period_s": 5.0,
+            "graceful_shutdown_timeout_s": 10.0,
+            "logging_config": {"log_level": "WARNING", "enable_access_log": False},
+        }
+        if s.autoscaling:
+            opts["autoscaling_config"] = {
+                "min_replicas": s.min_replicas, "initial_replicas": s.replicas,
+                "max_replicas": s.max_replicas, "target_ongoing_requests": s.target_ongoing,
+            }
+        else:
+            opts["num_replicas"] = s.replicas
+        if s.router == "affine":
+            opts["request_router_config"] = {
+                "request_router_class": ROUTER_CLASS,
+                "request_router_kwargs": {"imbalance": s.imbalance},
+            }
+        return opts
+
+    def ingress_options(self) -> dict[str, Any]:
+        """The HTTP ingress: one replica, no CPU reserved, room for every admitted request."""
+        s = self.scale
+        most = (s.max_replicas or s.replicas) * s.max_ongoing + self.max_queue
+        return {
+            "name": INGRESS_DEPLOYMENT, "num_replicas": 1,
+            "max_ongoing_requests": most + 32,  # + health, metrics and 429 answers
+            "ray_actor_options": {"num_cpus": 0},
+            "logging_config": {"log_level": "WARNING", "enable_access_log": False},
+        }
+
+    def http_options(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port}
+
+
+def _plain(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"expected a mapping of settings, got {type(value).__name__}")
+    return dict(value)

@@ -1,0 +1,130 @@
+"""How a validated request reaches a model: the seam under the HTTP layer.
+
+`create_app` hands every validated request to an `Executor`.
+`start(req, put, end)` prepares it (raising `APIError` for input the model
+side rejects, 429 when the waiting line is full) and returns a `Started`
+whose `job` stops the run within a step when cancelled; the run calls
+`put(item)` for each event (a failure as an exception), from any thread, and
+`end()` once after the last. `LocalExecutor` runs a `Service` on this
+process's single worker thread; `ffwd.deploy` runs one on each Ray Serve
+replica and puts an executor over the replicas' handle behind the same app.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from starlette.concurrency import run_in_threadpool
+
+from ffwd.serve.errors import APIError
+from ffwd.serve.events import Event
+from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.scheduler import QueueFull, Scheduler
+
+Emit = Callable[[Event], None]
+Request = ChatCompletionRequest | CompletionRequest
+
+
+class Service(Protocol):
+    model_id: str
+
+    # What prepare_* returns is opaque here: it only travels back into run().
+    def prepare_chat(self, req: ChatCompletionRequest) -> Any: ...
+
+    def prepare_completion(self, req: CompletionRequest) -> Any: ...
+
+    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        """Generate, emitting events; when `cancelled()` turns true, stop within a step and
+        emit a `Finished` with finish_reason ``cancelled`` (counted, never sent)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget any state a failed run may have left (e.g. the KV cache)."""
+        ...
+
+    @property
+    def forward_calls(self) -> int:
+        """Model forward passes since start (read live by /metrics)."""
+        ...
+
+
+class Job(Protocol):
+    """A started run, as the app holds it (`scheduler.Job` is one)."""
+
+    done: threading.Event
+
+    @property
+    def cancelled(self) -> bool: ...
+
+    def cancel(self) -> None: ...
+
+
+@dataclass(eq=False)
+class Started:
+    job: Job
+    headers: dict[str, str] = field(default_factory=dict)  # added to the response
+
+
+class Executor(Protocol):
+    model_id: str
+
+    def forward_calls(self) -> int | None:
+        """Model forwards since start, when this process runs the model (else None)."""
+        ...
+
+    def health(self) -> dict[str, Any]:
+        """What /health reports besides the model: waiting and running requests."""
+        ...
+
+    async def start(self, req: Request, put: Callable[[object], None],
+                    end: Callable[[], None]) -> Started: ...
+
+
+def queue_full(message: str) -> APIError:
+    """Backpressure as OpenAI answers it: 429 with Retry-After."""
+    return APIError(429, message, type="rate_limit_error", code="queue_full",
+                    headers={"Retry-After": "1"})
+
+
+class LocalExecutor:
+    """A `Service` behind a FIFO of at most `max_queue` waiting runs, on one worker thread."""
+
+    def __init__(
+        self, service: Service, max_queue: int, on_depth: Callable[[int], None] | None = None,
+    ) -> None:
+        self.service = service
+        self.model_id = service.model_id
+        self.scheduler = Scheduler(
+            max_queue, on_depth=on_depth, on_error=lambda exc: service.reset(),
+        )
+
+    def forward_calls(self) -> int | None:
+        return self.service.forward_calls
+
+    def health(self) -> dict[str, Any]:
+        return {"queue_depth": self.scheduler.depth, "running": self.scheduler.running}
+
+    async def start(self, req: Request, put: Callable[[object], None],
+                    end: Callable[[], None]) -> Started:
+        svc = self.service
+        if isinstance(req, ChatCompletionRequest):
+            prepared = await run_in_threadpool(svc.prepare_chat, req)
+        else:
+            prepared = await run_in_threadpool(svc.prepare_completion, req)
+
+        def work(cancelled: Callable[[], bool]) -> None:
+            try:
+                svc.run(prepared, put, cancelled)
+            except BaseException as exc:
+                put(exc)
+                raise
+            finally:
+                end()
+
+        try:
+            return Started(self.scheduler.submit(work))
+        except QueueFull as exc:
+            raise queue_full(str(exc)) from None

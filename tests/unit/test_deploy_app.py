@@ -1,0 +1,218 @@
+"""The deployment's pieces without a cluster: spec and config file, the replica's
+answer protocol, and the ingress executor's mapping of Ray failures to OpenAI errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+from ray.exceptions import ActorDiedError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.schema import ServeDeploySchema
+
+from ffwd.config import resolve_scale_config
+from ffwd.deploy.app import REPLICA_HEADER, Accepted, ModelReplica, RayExecutor
+from ffwd.deploy.config import render_config
+from ffwd.deploy.spec import ROUTER_CLASS, DeploySpec
+from ffwd.serve.app import create_app
+from ffwd.serve.errors import APIError, bad_request
+from ffwd.serve.events import ContentDelta, Finished, Usage
+from ffwd.serve.execute import Emit, LocalExecutor
+from ffwd.serve.protocol import ChatCompletionRequest
+
+CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+FIN = Finished("stop", "Hello", (), Usage(5, 1), {"forward_calls": 1})
+
+
+# --- spec and config file ------------------------------------------------------
+def test_scale_settings_are_validated_by_flag_name() -> None:
+    assert resolve_scale_config({"min_replicas": "2", "max_replicas": "4"}).replicas == 2
+    for bad, needle in [({"replicas": "0"}, "--replicas"),
+                        ({"replica_cpus": "-1"}, "--replica-cpus"),
+                        ({"router": "random"}, "affine|pow2"),
+                        ({"min_replicas": 3, "max_replicas": 2}, "exceeds"),
+                        ({"replicas": 5, "max_replicas": 2}, "start count")]:
+        with pytest.raises(ValueError, match=needle):
+            resolve_scale_config(bad)
+
+
+def test_config_file_is_a_valid_serve_config_and_round_trips() -> None:
+    scale = resolve_scale_config({"replicas": "2", "max_replicas": "6", "replica_cpus": "2"})
+    spec = DeploySpec(scale=scale, host="0.0.0.0", max_queue=8)
+    doc = yaml.safe_load(render_config(spec))
+    app = ServeDeploySchema.model_validate(doc).applications[0]
+    model, ingress = app.deployments
+    assert model.autoscaling_config["max_replicas"] == 6  # type: ignore[index]
+    assert model.ray_actor_options.num_cpus == 2 and model.max_queued_requests == 8
+    assert model.request_router_config["request_router_class"] == ROUTER_CLASS  # type: ignore[index]
+    assert ingress.ray_actor_options.num_cpus == 0
+    back = DeploySpec.from_args(app.args)
+    assert back.engine.threads == 2  # a replica's torch threads follow its CPUs
+    assert (back.fill, back.max_queue, back.model) == (spec.fill, 8, "default")
+    with pytest.raises(ValueError, match="unknown ffwd args"):
+        DeploySpec.from_args({"modle": "default"})
+    with pytest.raises(ValueError, match="FFWD_FILL"):
+        DeploySpec.from_args({"fill": {"fill": "fast"}})
+
+
+def test_pow2_router_is_rays_default() -> None:
+    spec = DeploySpec(scale=resolve_scale_config({"router": "pow2"}))
+    assert "request_router_config" not in spec.model_options()
+    assert spec.model_options()["num_replicas"] == 1
+
+
+# --- the replica's answer --------------------------------------------------------
+class Service:
+    model_id = "tiny"
+    forward_calls = 0
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def prepare_chat(self, req: ChatCompletionRequest) -> Any:
+        if req.messages[0].text == "bad":
+            raise bad_request("no", param="messages")
+        return req
+
+    def prepare_completion(self, req: Any) -> Any:
+        return req
+
+    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        emit(ContentDelta("Hello"))
+        if self.fail:
+            raise RuntimeError("boom")
+        emit(FIN)
+
+    def reset(self) -> None:
+        pass
+
+
+def replica(service: Service) -> ModelReplica:
+    rep = ModelReplica.__new__(ModelReplica)
+    rep.executor = LocalExecutor(service, 2)
+    rep.replica = "r1"
+    return rep
+
+
+async def collect(gen: AsyncIterator[object]) -> list[object]:
+    return [item async for item in gen]
+
+
+def test_replica_answers_accepted_then_events() -> None:
+    req = ChatCompletionRequest.model_validate(CHAT)
+    items = asyncio.run(collect(replica(Service()).generate(req)))
+    assert items[0] == Accepted("r1") and items[1] == ContentDelta("Hello")
+    assert isinstance(items[2], Finished) and items[2].ffwd["replica"] == "r1"
+    bad = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "bad"}]})
+    (err,) = asyncio.run(collect(replica(Service()).generate(bad)))
+    assert isinstance(err, APIError) and err.status == 400
+    failed = asyncio.run(collect(replica(Service(fail=True)).generate(req)))
+    assert isinstance(failed[-1], APIError) and failed[-1].status == 500
+
+
+# --- the ingress over a scripted handle --------------------------------------------
+class Gen:
+    """A scripted DeploymentResponseGenerator: items, an exception where one is given."""
+
+    def __init__(self, items: list[object]) -> None:
+        self.items = items
+        self.cancelled = False
+
+    def __aiter__(self) -> Gen:
+        return self
+
+    async def __anext__(self) -> object:
+        await asyncio.sleep(0)
+        if not self.items:
+            raise StopAsyncIteration
+        item = self.items.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Handle:
+    def __init__(self, script: list[object]) -> None:
+        self.script = script
+        self.calls: list[Gen] = []
+        self.generate = self
+
+    def options(self, **kw: Any) -> Handle:
+        return self
+
+    def remote(self, req: Any) -> Gen:
+        self.calls.append(Gen(list(self.script)))
+        return self.calls[-1]
+
+
+@pytest.fixture
+def ingress() -> Iterator[Callable[[list[object]], TestClient]]:
+    clients: list[TestClient] = []
+
+    def make(script: list[object]) -> TestClient:
+        c = TestClient(create_app(executor=RayExecutor(Handle(script), "tiny")))  # type: ignore[arg-type]
+        clients.append(c.__enter__())
+        return c
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+def test_ingress_serves_a_replica_answer(ingress: Callable[[list[object]], TestClient]) -> None:
+    c = ingress([Accepted("r7"), ContentDelta("Hello"), FIN])
+    r = c.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 200 and r.headers[REPLICA_HEADER] == "r7"
+    assert r.json()["choices"][0]["message"]["content"] == "Hello"
+    assert c.get("/v1/models").json()["data"][0]["id"] == "tiny"
+
+
+@pytest.mark.parametrize(("first", "status", "code"), [
+    (bad_request("no", param="messages"), 400, "invalid_value"),
+    (BackPressureError(num_queued_requests=4, max_queued_requests=4), 429, "queue_full"),
+    (ActorDiedError(), 503, "replica_unavailable"),
+])
+def test_refusals_before_acceptance(ingress: Callable[[list[object]], TestClient],
+                                    first: BaseException, status: int, code: str) -> None:
+    r = ingress([first]).post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == status and r.json()["error"]["code"] == code
+    if status in (429, 503):
+        assert r.headers["retry-after"] == "1"
+
+
+def test_a_replica_dying_mid_request_is_503(
+    ingress: Callable[[list[object]], TestClient],
+) -> None:
+    c = ingress([Accepted("r7"), ContentDelta("Hel"), ActorDiedError()])
+    r = c.post("/v1/chat/completions", json=CHAT)
+    assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
+    r = c.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    events = [json.loads(b[6:]) for b in r.text.strip().split("\n\n") if b != "data: [DONE]"]
+    assert events[-1]["error"]["code"] == "replica_unavailable"
+    assert r.text.endswith("data: [DONE]\n\n")
+
+
+def test_cancel_reaches_the_handle_call() -> None:
+    handle = Handle([Accepted("r1"), ContentDelta("a"), ContentDelta("b")])
+    ex = RayExecutor(handle, "tiny")  # type: ignore[arg-type]
+    got: list[object] = []
+
+    async def go() -> None:
+        ended = asyncio.Event()
+        started = await ex.start(ChatCompletionRequest.model_validate(CHAT), got.append,
+                                 ended.set)
+        started.job.cancel()
+        await ended.wait()
+        assert started.job.cancelled and started.job.done.is_set()
+
+    asyncio.run(go())
+    assert handle.calls[0].cancelled
+    assert ex.health() == {"queue_depth": 0, "running": False, "on_replicas": 0}
