@@ -4,6 +4,7 @@ from ffwd.fill.echo import EchoConfig, EchoSource
 from ffwd.fill.proposal import (
     ORIGINS,
     POLICIES,
+    ObservingSource,
     Proposal,
     ProposalOrigin,
     ProposalPolicy,
@@ -35,6 +36,7 @@ __all__ = [
     "FillRow",
     "FillSession",
     "FillStats",
+    "ObservingSource",
     "Proposal",
     "ProposalOrigin",
     "ProposalPolicy",

@@ -8,9 +8,10 @@ A `Proposal` is a run of token ids plus a policy:
   them, reads the model's own choice at every position from the same forward,
   keeps the agreed prefix and rewinds the rest.
 
-Sources see the sequence through a `TokenView` and may keep their own state by
-implementing ``observe``; the session calls it with every id that enters the
-sequence, sampled or injected, in order.
+Sources see the sequence through a `TokenView`. A source that keeps its own
+state may also define ``observe(ids)`` (optional, see `ObservingSource`): the
+session calls it with every id that enters the sequence, sampled or injected,
+in order.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class ProposalSource(Protocol):
         """The ids that follow, or None. The session clamps what comes back."""
         ...
 
+
+@runtime_checkable
+class ObservingSource(ProposalSource, Protocol):
+    """A source that also follows the sequence (``observe`` is optional)."""
+
     def observe(self, ids: Sequence[int]) -> None:
-        """Every id that entered the sequence, in order (may do nothing)."""
+        """Every id that entered the sequence, in order."""
         ...

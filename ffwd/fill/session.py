@@ -25,7 +25,13 @@ from dataclasses import dataclass, field, fields
 from typing import Literal, Protocol
 
 from ffwd.fill.echo import EchoConfig, EchoSource
-from ffwd.fill.proposal import Proposal, ProposalOrigin, ProposalSource, TokenView
+from ffwd.fill.proposal import (
+    ObservingSource,
+    Proposal,
+    ProposalOrigin,
+    ProposalSource,
+    TokenView,
+)
 
 FillKind = Literal["scaffold", "name", "key", "close", "turn-end"]
 FILL_KINDS: tuple[FillKind, ...] = ("scaffold", "name", "key", "close", "turn-end")
@@ -191,6 +197,7 @@ class FillSession:
             srcs.append(EchoSource(echo_cfg, prompt_ids, plan.delimiters))
         srcs.extend(sources)
         self._sources = tuple(srcs)
+        self._observers = tuple(s for s in srcs if isinstance(s, ObservingSource))
         self._window = max([1, *(s.window_needed for s in srcs)])
         # Seeded with the prompt tail: a re-rendered turn can end mid-scaffold.
         self._tail: list[int] = list(prompt_ids[-self._window :]) if prompt_ids else []
@@ -314,7 +321,7 @@ class FillSession:
     # --- internals ------------------------------------------------------
     def _append(self, ids: Sequence[int]) -> None:
         self._length += len(ids)
-        for source in self._sources:
+        for source in self._observers:
             source.observe(ids)
         tail = self._tail
         tail.extend(ids)

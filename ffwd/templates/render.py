@@ -34,13 +34,15 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ffwd.templates.builtin import builtin_template
+from ffwd.templates.formats import FORMATS, detect_format
 
 JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
 DEFAULT_FORMAT = "hermes"
@@ -279,14 +281,6 @@ def _tool_call(call: object, i: int, j: int) -> dict[str, Any]:
 _TOOLS_VAR = re.compile(r"\btools\b")
 
 
-def builtin_template(name: str) -> str:
-    """The text of ``ffwd/templates/builtin/<name>.jinja``."""
-    path = resources.files("ffwd.templates").joinpath("builtin", f"{name}.jinja")
-    if not path.is_file():
-        raise ValueError(f"no builtin template {name!r}")
-    return path.read_text(encoding="utf-8")
-
-
 def model_template(tokenizer: Any) -> str | None:
     """The tokenizer's own chat template (its ``tool_use`` variant when named)."""
     tpl = getattr(tokenizer, "chat_template", None)
@@ -308,8 +302,6 @@ def resolve_template(tokenizer: Any, fmt: str | None = None) -> tuple[str, str]:
     (default ``hermes``); tokenizers with Gemma turn tokens get the
     Gemma-markup variant of the hermes builtin.
     """
-    from ffwd.templates.formats import FORMATS, detect_format
-
     if fmt is not None and fmt not in FORMATS:
         raise ValueError(f"tool-call format {fmt!r}: expected one of {', '.join(FORMATS)}")
     own = model_template(tokenizer)
@@ -324,8 +316,6 @@ def resolve_template(tokenizer: Any, fmt: str | None = None) -> tuple[str, str]:
 
 
 def _try_detect(template: str) -> str | None:
-    from ffwd.templates.formats import detect_format
-
     try:
         return detect_format(template)
     except ValueError:

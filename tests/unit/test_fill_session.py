@@ -408,3 +408,22 @@ def test_start_asks_only_strict_rows_and_only_once() -> None:
     s2.push(9)
     with pytest.raises(RuntimeError, match="began"):
         s2.start()
+
+
+class Stateless:
+    """A caller source without ``observe`` (the hook is optional)."""
+
+    name = "stateless"
+    window_needed = 1
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        return Proposal((7, 8), "assert", "ngram") if view.tail(1) == [3] else None
+
+
+def test_a_source_without_observe_is_asked_and_never_observed() -> None:
+    s = session(sources=[Stateless()])
+    assert s.push(1) is None
+    p = s.push(3)
+    assert p is not None and p.ids == (7, 8)
+    s.commit(p, 2)
+    assert s.length == 1 + 2 + 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -222,3 +224,12 @@ def test_a_model_template_with_tools_is_used_and_detected() -> None:
 def test_unknown_format_is_an_error() -> None:
     with pytest.raises(ValueError, match="expected one of hermes"):
         resolve_template(FakeTokenizer(None), "xml")
+
+
+def test_formats_do_not_import_the_renderer() -> None:
+    """The formats read builtin templates without the renderer (no import circle)."""
+    code = (
+        "import sys, ffwd.templates.formats as f; f.get_format('hermes').builtin_template; "
+        "assert 'ffwd.templates.render' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ffwd.templates.formats.base import CallLayout, ToolFormat
-from ffwd.templates.formats.jsoncall import JsonFraming, json_parser_factory, locate_json_call
+from ffwd.templates.formats.jsoncall import JsonFraming, json_parser_factory
+from ffwd.templates.formats.jsonlayout import locate_json_call
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"

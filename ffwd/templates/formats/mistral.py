@@ -6,7 +6,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ffwd.templates.formats.base import CallLayout, ToolFormat
-from ffwd.templates.formats.jsoncall import JsonFraming, json_parser_factory, locate_json_call
+from ffwd.templates.formats.jsoncall import JsonFraming, json_parser_factory
+from ffwd.templates.formats.jsonlayout import locate_json_call
 
 OPEN = "[TOOL_CALLS]"
 FRAMING = JsonFraming(open=OPEN, list_open="[", list_close="]", separator=",")

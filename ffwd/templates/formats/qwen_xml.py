@@ -24,13 +24,12 @@ from typing import Any
 from ffwd.templates.formats.base import (
     ArgLayout,
     CallLayout,
-    MarkerParser,
     ParseState,
     ToolCall,
     ToolCallDelta,
     ToolFormat,
-    held_suffix,
 )
+from ffwd.templates.formats.marker import MarkerParser, held_suffix
 
 OPEN = "<tool_call>"
 CLOSE = "</tool_call>"

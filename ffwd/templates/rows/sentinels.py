@@ -1,0 +1,332 @@
+"""Sentinel renderings: the request's tools rendered as assistant turns.
+
+Every called tool is rendered several times as an assistant turn: its keys
+rotated so that each comes first once, its values drawn from sentinels of the
+schema's type so that each key meets every one of them. The turns sit one per
+assistant message in a few conversations, each rendered by the template and
+tokenized as a whole. The format's ``locate`` finds the characters of the
+marker, name, keys and values; token offsets map them to token positions.
+
+``Renderer(tokenizer, template, fmt).renderings(tools) -> Renderings`` does
+all of that; the row builders read only the `Call`s it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ffwd.templates.formats import ToolFormat
+from ffwd.templates.formats.base import CallLayout
+from ffwd.templates.render import render_chat
+from ffwd.templates.rows.align import Text, View, lcp
+
+SLOTS = 2  # sentinel values per type; every key meets each of them
+ENUM_MAX = 8  # enums up to this size are rendered value by value
+TURNS = 64  # calls per rendering (one assistant turn each)
+USER = {"role": "user", "content": "Hi"}
+PROMPT_ENDINGS = ("Hi", "Is it 5?")  # user turns that end in a letter, in punctuation
+CONTENT = "Ok."
+
+# Two sentinel values per JSON type whose first characters both merge with what
+# precedes a value (the opening quote, the space), in different ways: where the
+# renderings part, any value could.
+SENTINELS: dict[str, tuple[Any, ...]] = {
+    "string": ("", "-1"),
+    "integer": (7, -3),
+    "number": (1.5, -2),
+    "boolean": (True, False),
+    "array": ([], ["-1"]),
+    "object": ({}, {"Vx": 1}),
+    "null": (None, None),
+}
+MIXED = ("", -3)
+PROBE_KEY = "k"
+PROBE_VALUES: tuple[Any, ...] = (
+    "Vx", "-1", "", 7, -3, 1.5, True, False, None, [], ["Vx"], [7], {}, {"Vx": 1},
+)
+
+Job = tuple[str, dict[str, Any]]  # (tool name, arguments) of one rendered call
+
+
+def sentinel(schema: Mapping[str, Any], slot: int) -> Any:
+    """The sentinel value for a property schema in rendering slot `slot`: an
+    enum's own values (`variants` renders the rest of a short enum), else the
+    type's sentinels.
+
+    >>> sentinel({"type": "integer"}, 1), sentinel({"enum": ["c", "f", "k"]}, 1)
+    (-3, 'f')
+    """
+    enum = _enum(schema)
+    if enum:
+        return enum[slot % len(enum)]
+    kind = schema.get("type")
+    values = SENTINELS.get(kind, MIXED) if isinstance(kind, str) else MIXED
+    return values[slot % SLOTS]
+
+
+def _enum(schema: Mapping[str, Any]) -> list[Any]:
+    """The enum values, when there are few enough to render them all."""
+    enum = schema.get("enum")
+    return enum if isinstance(enum, list) and 0 < len(enum) <= ENUM_MAX else []
+
+
+def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Argument objects to render one tool with: every key meets every
+    sentinel slot (and every value of a short enum), every key comes first
+    once (a lone key where the rotations run out), and ``{}`` when no key is
+    required.
+
+    >>> variants({"properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"]})
+    [{'a': 7, 'b': -3, 'c': ''}, {'b': '', 'c': -3, 'a': -3}, {'c': ''}]
+    >>> variants({"properties": {"u": {"enum": ["c", "f", "k"]}}})
+    [{'u': 'c'}, {'u': 'f'}, {'u': 'k'}, {}]
+    """
+    props = list((parameters.get("properties") or {}).items())
+    if not props:
+        return [{}]
+    n = len(props)
+    out = [
+        {
+            props[i][0]: sentinel(props[i][1], (r + i) % SLOTS)
+            for i in [(r + j) % n for j in range(n)]
+        }
+        for r in range(SLOTS)
+    ]
+    out += [{key: sentinel(schema, 0)} for key, schema in props[SLOTS:]]
+    out += [{key: value} for key, schema in props for value in _enum(schema)[SLOTS:]]
+    if not parameters.get("required"):
+        out.append({})
+    return out
+
+
+@dataclass
+class Call:
+    """One rendered call: its rendering, layout, and where its turn begins and
+    where its determined markup must end."""
+
+    r: Text
+    tool: str
+    lay: CallLayout
+    a0: int  # start of its assistant turn
+    more: float  # where "another call" and "end of turn" part (inf: one call per turn)
+    end: float  # end of the turn's text, or of what is known of it (`last` is False)
+    last: bool = True  # no turn follows in this rendering
+
+    @property
+    def clean(self) -> bool:
+        """A token starts exactly where the turn starts (the prompt does not merge into it)."""
+        i = self.r.tok(self.a0)
+        return self.r.starts[i] == self.a0
+
+    @property
+    def body(self) -> list[int]:
+        """The ids from its name to the one that closes its arguments."""
+        return list(self.r.ids[self.r.tok(self.lay.name[0]) : self.r.tok(self.lay.close) + 1])
+
+    def run(self, i: int) -> View:
+        """From token `i` to where the call's determined markup must end."""
+        return self.view(i, min(self.more, self.end))
+
+    def view(self, i: int, cap: float) -> View:
+        return self.r, i, cap, cap >= self.end and not self.last
+
+
+@dataclass
+class Renderings:
+    """What the row builders read: every variant of every tool as a call
+    (several turns per rendering), the probe calls (closing shapes only), the
+    extra occurrences of a marker (a second call, a call after content), and
+    the last ids every generation prompt ends with."""
+
+    calls: list[Call]
+    probes: list[Call]
+    extras: list[Call]
+    prompt_tail: list[int]
+
+
+MakeCall = Callable[..., Call]
+
+
+class Renderer:
+    """Renders and tokenizes sentinel conversations for one template and format."""
+
+    def __init__(self, tokenizer: Any, template: str, fmt: ToolFormat) -> None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None:
+            raise ValueError("strict rows need a fast tokenizer (one with character offsets)")
+        self.tokenizer = tokenizer
+        self.backend = backend
+        self.template = template
+        self.fmt = fmt
+
+    def render(
+        self, conversations: Sequence[list[dict[str, Any]]], tool: Mapping[str, Any]
+    ) -> list[Text]:
+        texts = [
+            render_chat(self.template, m, [tool], False, tokenizer=self.tokenizer)
+            for m in conversations
+        ]
+        out = []
+        encoded = self.backend.encode_batch(texts, add_special_tokens=False)
+        for text, enc in zip(texts, encoded, strict=True):
+            offsets = enc.offsets
+            out.append(Text(text, enc.ids, [s for s, _ in offsets], [e for _, e in offsets]))
+        return out
+
+    def locate(self, r: Text, calls: Sequence[Job], pos: int) -> list[CallLayout]:
+        out = []
+        for name, args in calls:
+            lay = self.fmt.locate(r.text, pos, name, args)
+            if lay is None:
+                raise ValueError(
+                    f"tool {name!r}: the chat template's tool call does not look like the "
+                    f"{self.fmt.name} format"
+                )
+            out.append(lay)
+            pos = lay.close + 1
+        return out
+
+    def renderings(self, tools: Sequence[Mapping[str, Any]]) -> Renderings:
+        """Every variant of every tool rendered (see `Renderings`)."""
+        first = tools[0]
+        name0 = first["function"]["name"]
+        call0 = (name0, variants(first["function"]["parameters"])[0])
+        prompt = render_chat(self.template, [USER], [first], tokenizer=self.tokenizer)
+        head_r, *extra_r = self._render_extras(first, call0)
+        if not head_r.text.startswith(prompt):
+            raise ValueError(
+                "the chat template renders the generation prompt differently from the start of "
+                "an assistant turn; strict rows cannot be aligned"
+            )
+        a0 = len(prompt)
+        head = self.locate(head_r, [call0], a0)[0]
+        pre = head_r.text[a0 : head.open[0]]  # what a turn writes before its first marker
+        turn_len = len(head_r.text) - head.close
+        # A turn that another turn follows may end in a token merged with the next
+        # one: there, the turn's last token (as the lone rendering has it) is unknown.
+        inner_len = head_r.starts[head_r.tok(len(head_r.text) - 1)] - head.close
+        delta = _close_delta(head_r.text, head, extra_r)
+
+        def call(r: Text, name: str, lay: CallLayout, start: int, last: bool = True) -> Call:
+            more = lay.close + delta if delta is not None else float("inf")
+            end = lay.close + (turn_len if last else inner_len)
+            return Call(r, name, lay, start, more, end, last)
+
+        extras = []
+        for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
+            for lay in self.locate(r, calls, a0):
+                extras.append(call(r, name0, lay, a0))
+        jobs = [(t["function"]["name"], args) for round_ in _rounds(tools) for t, args in round_]
+        # One-key calls whose values end in every common way: how a value's end
+        # merges with the closing markup does not depend on the tool.
+        jobs += [(name0, {PROBE_KEY: value}) for value in PROBE_VALUES]
+        opening = head_r.text[head.open[0] : head.close + 1]
+        head_call = call(head_r, name0, head, a0)
+        # Turns back to back, then with user turns between, then one per rendering:
+        # the first layout that renders the lone call's ids faithfully.
+        for turns, users in ((TURNS, False), (TURNS, True), (1, True)):
+            try:
+                out = self._turn_calls(jobs, call0, first, turns, users, opening, pre, call)
+            except ValueError:
+                continue
+            if head_call.body == out[0].body:
+                break
+        else:
+            raise ValueError("the chat template renders calls differently in longer conversations")
+        split = len(out) - len(PROBE_VALUES)
+        return Renderings([head_call, *out[:split]], out[split:], extras, self._prompt_tail(first))
+
+    def _prompt_tail(self, tool: Mapping[str, Any]) -> list[int]:
+        """The last ids (at most 3) of every generation prompt, whatever the user
+        wrote: where the prompt ends in text that merges with the user's words
+        (``?[/INST]``), only the ids after the merge."""
+        tails = []
+        for text in PROMPT_ENDINGS:
+            prompt = render_chat(
+                self.template, [{"role": "user", "content": text}], [tool], tokenizer=self.tokenizer
+            )
+            ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+            tails.append(ids[::-1])
+        return lcp(tails)[:3][::-1]
+
+    def _turn_calls(
+        self, jobs: Sequence[Job], head: Job, tool: Mapping[str, Any], turns: int, users: bool,
+        opening: str, pre: str, call: MakeCall,
+    ) -> list[Call]:
+        """Render the jobs `turns` per conversation, one call per assistant turn
+        (with a user turn before each when `users`). Each conversation opens with
+        the lone rendering's call, which marks where the turns begin (the system
+        prompt may quote the markers too)."""
+        out: list[Call] = []
+        chunks = [jobs[i : i + turns] for i in range(0, len(jobs), turns)]
+        conversations = []
+        for chunk in chunks:
+            messages: list[dict[str, Any]] = [USER, _assistant([head])]
+            for job in chunk:
+                messages += [USER, _assistant([job])] if users else [_assistant([job])]
+            conversations.append(messages)
+        for chunk, r in zip(chunks, self.render(conversations, tool), strict=True):
+            pos = r.text.find(opening)
+            if pos < 0:
+                raise ValueError(
+                    "the chat template renders a call differently in a longer conversation"
+                )
+            layouts = self.locate(r, [head, *chunk], pos)[1:]
+            for i, ((name, _), lay) in enumerate(zip(chunk, layouts, strict=True)):
+                start = lay.open[0] - len(pre)
+                if r.text[start : lay.open[0]] != pre or start <= pos:
+                    raise ValueError("the chat template renders later turns differently")
+                out.append(call(r, name, lay, start, last=i + 1 == len(chunk)))
+                pos = lay.close
+        return out
+
+    def _render_extras(self, tool: Mapping[str, Any], call0: Job) -> list[Text]:
+        """The lone call, then (where the template allows) two calls in one turn
+        and a call after content."""
+        out = self.render([[USER, _assistant([call0])]], tool)
+        for calls, content in _extra_specs(call0):
+            if len(calls) > 1 and not self.fmt.parallel:
+                break
+            try:
+                out += self.render([[USER, _assistant(calls, content)]], tool)
+            except ValueError:
+                break
+        return out
+
+
+def _extra_specs(call0: Job) -> list[tuple[list[Job], str | None]]:
+    return [([call0, call0], None), ([call0], CONTENT)]
+
+
+def _close_delta(single: str, head: CallLayout, extras: list[Text]) -> int | None:
+    """Characters from the closing commit to where "another call" and "end of
+    turn" part ways; None when a turn carries one call."""
+    if not extras:
+        return None
+    double = extras[0].text
+    n = next(
+        (i for i, (x, y) in enumerate(zip(single, double, strict=False)) if x != y),
+        min(len(single), len(double)),
+    )
+    return n - head.close
+
+
+def _assistant(calls: Sequence[Job], content: str | None = None) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [
+            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls
+        ],
+    }
+
+
+def _rounds(
+    tools: Sequence[Mapping[str, Any]],
+) -> list[list[tuple[Mapping[str, Any], dict[str, Any]]]]:
+    """Round r holds every tool's r-th variant, so neighbouring turns differ."""
+    per_tool = [(t, variants(t["function"]["parameters"])) for t in tools]
+    depth = max(len(v) for _, v in per_tool)
+    return [[(t, v[r]) for t, v in per_tool if r < len(v)] for r in range(depth)]
