@@ -1,0 +1,184 @@
+"""How much of a verify proposal to forward, and how to chunk an assert span.
+
+A plain decode step forwards the sampled id t alone: it costs ``c(1)`` and
+yields one new id. A verify step forwards t with the first m proposed ids and
+yields ``1 + a`` ids, where a is the number of leading proposed ids the model
+agrees with. Both are priced with the backend's cost curve ``c(m)`` (ms for
+one forward of m ids) and the source's acceptance rates ``q[j]`` (the chance
+that position j is accepted once positions 0..j-1 were). With
+``P[j] = q[0] * ... * q[j-1]`` (the chance that the first j are all kept)::
+
+    expected ids   E(m) = 1 + P[1] + ... + P[m]
+    combined cost  C(m) = c(1 + m) + undo            (t and the span together)
+    probe cost     C'(m) = c(1) + q[0] * c(m) + undo  (t alone; the span only
+                                                       when position 0 is kept)
+
+`choose_span` takes the plan with the most ids per ms, and declines (length 0:
+a plain step) unless some plan beats ``1 / c(1)``. The undo cost prices a
+rejection: nothing for a cache that rewinds, and for one that cannot
+(recurrent state) a checkpoint before the span, a restore after a rejection,
+and a forward of the kept ids again.
+
+Worked example, ``c(m) = 8 + 2m`` ms (c(1) = 10, a plain step makes 0.100
+ids/ms) and acceptance 0.9 at every position::
+
+    m   E(m)   C(m)  ids/ms
+    1   1.90   12    0.158
+    4   4.10   18    0.228
+    7   5.70   24    0.237   <- chosen: forward t and 7 proposed ids together
+    8   6.13   26    0.236
+    16  8.33   42    0.198
+
+With acceptance 0.2 no plan beats the plain step (the best, a probe with
+m = 2, expects 1.24 ids for 12.4 ms: 0.100 ids/ms), so the proposal is
+declined.
+
+Everything here is a pure function of small tables (standard library only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+Cost = Callable[[int], float]  # ms for one forward of m ids
+
+
+@dataclass(frozen=True, slots=True)
+class Undo:
+    """What a rejected verify span costs beyond its forward.
+
+    before: ms to checkpoint before the span (caches that cannot rewind).
+    after: ms to restore or rewind once some ids were rejected.
+    replay: whether the kept ids must be forwarded again after a restore.
+    """
+
+    before: float = 0.0
+    after: float = 0.0
+    replay: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpanChoice:
+    """The chosen plan: forward `length` proposed ids (0 = decline), probing
+    position 0 alone first when `probe`. `expected_ids` counts the sampled id's
+    successor too; `expected_ms` is what the plan is expected to cost."""
+
+    length: int
+    probe: bool
+    expected_ids: float
+    expected_ms: float
+    plain_ms: float
+
+    @property
+    def rate(self) -> float:
+        """Expected ids per ms."""
+        return self.expected_ids / self.expected_ms
+
+
+def choose_span(cost: Cost, accept: Sequence[float], n: int, undo: Undo = Undo()) -> SpanChoice:
+    """The length (0..n) and mode that maximise expected ids per ms (see the module doc).
+
+    `accept[j]` is the acceptance chance at position j (the last value repeats
+    past the end). Ties go to the shorter plan; declining wins unless a plan
+    is strictly faster than a plain step.
+    """
+    plain = cost(1)
+    best = SpanChoice(0, False, 1.0, plain, plain)
+    reach = 1.0  # P[j]: first j ids kept
+    gain = 1.0  # E(m)
+    undo_c = undo_p = 0.0  # expected undo cost so far, combined and probe
+    for m in range(1, n + 1):
+        q = _rate(accept, m - 1)
+        # Exactly m-1 kept, then position m-1 rejected: undo, replaying what was kept.
+        miss = reach * (1.0 - q)
+        undo_c += miss * (undo.after + (cost(m) if undo.replay else 0.0))
+        if m > 1:  # a probe never forwards a span whose position 0 failed
+            undo_p += miss * (undo.after + (cost(m - 1) if undo.replay else 0.0))
+        reach *= q
+        gain += reach
+        q0 = _rate(accept, 0)
+        plans = (
+            (False, undo.before + cost(1 + m) + undo_c),
+            (True, plain + q0 * (undo.before + cost(m)) + undo_p),
+        )
+        for probe, ms in plans:
+            if probe and m < 2:
+                continue  # probing one id is a plain step twice
+            if gain * best.expected_ms > best.expected_ids * ms:
+                best = SpanChoice(m, probe, gain, ms, plain)
+    return best
+
+
+def _rate(accept: Sequence[float], j: int) -> float:
+    if not accept:
+        return 0.0
+    return min(1.0, max(0.0, accept[min(j, len(accept) - 1)]))
+
+
+POINTS = (1, 2, 4, 8, 16, 32)  # the span lengths a cost curve is measured at
+
+
+def chunk_sizes(n: int, cost: Cost, limit: int, points: Sequence[int] = POINTS) -> list[int]:
+    """Split a forward of n ids into chunks (each at most `limit`) of least total cost.
+
+    Chunk sizes are drawn from the measured `points` and n itself, since the
+    curve is only known there; on a curve whose cost per id falls, that is one
+    chunk of n (or of `limit`).
+
+    >>> chunk_sizes(5, lambda m: 10 + m, 8)
+    [5]
+    >>> chunk_sizes(5, lambda m: {1: 10, 2: 11, 4: 40, 5: 50}.get(m, 99), 8)
+    [1, 2, 2]
+    """
+    sizes = sorted({s for s in (*points, n) if 1 <= s <= min(n, limit)})
+    best: list[tuple[float, int]] = [(0.0, 0)]  # (total ms, last chunk) for i ids
+    for i in range(1, n + 1):
+        best.append(min((best[i - s][0] + cost(s), s) for s in sizes if s <= i))
+    out: list[int] = []
+    i = n
+    while i > 0:
+        out.append(best[i][1])
+        i -= best[i][1]
+    return sorted(out)
+
+
+class Acceptance:
+    """A running estimate of one source's acceptance at each span position.
+
+    Each position keeps decayed counts of trials and acceptances, blended with
+    a prior worth `weight` trials, so a new request starts from the prior and a
+    falling acceptance shows within a few observations.
+
+    >>> a = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0)
+    >>> a.record(tested=3, accepted=1)  # position 0 kept, position 1 rejected
+    >>> [round(r, 3) for r in a.rates()[:3]]
+    [0.667, 0.533, 0.8]
+    """
+
+    def __init__(
+        self, prior: Sequence[float], *, weight: float = 4.0, decay: float = 0.9,
+        positions: int = 32,
+    ) -> None:
+        if not prior or weight <= 0 or not 0 < decay <= 1 or positions < 1:
+            raise ValueError("Acceptance: need a prior, weight > 0, 0 < decay <= 1, positions >= 1")
+        self._prior = [_rate(prior, j) for j in range(positions)]
+        self._weight = weight
+        self._decay = decay
+        self._hits = [0.0] * positions
+        self._trials = [0.0] * positions
+
+    def rates(self) -> list[float]:
+        w = self._weight
+        return [
+            (h + w * p) / (t + w)
+            for h, t, p in zip(self._hits, self._trials, self._prior, strict=True)
+        ]
+
+    def record(self, tested: int, accepted: int) -> None:
+        """`tested` positions were checked and the first `accepted` were kept."""
+        last = len(self._trials) - 1
+        for j in range(min(tested, accepted + 1)):
+            k = min(j, last)
+            self._trials[k] = self._trials[k] * self._decay + 1.0
+            self._hits[k] = self._hits[k] * self._decay + (1.0 if j < accepted else 0.0)

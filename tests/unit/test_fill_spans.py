@@ -1,0 +1,116 @@
+"""The span policy on small tables: what pays, what is declined, how undo is priced."""
+
+from __future__ import annotations
+
+import pytest
+
+from ffwd.fill.spans import Acceptance, Undo, choose_span, chunk_sizes
+
+
+def linear(m: int) -> float:
+    return 8.0 + 2.0 * m
+
+
+def test_worked_example_from_the_module_docstring() -> None:
+    choice = choose_span(linear, [0.9], 32)
+    assert (choice.length, choice.probe) == (7, False)
+    assert choice.expected_ms == pytest.approx(24.0)
+    assert choice.expected_ids == pytest.approx(sum(0.9**j for j in range(8)))
+    assert choice.rate > 1 / linear(1)
+
+
+def test_a_span_that_cannot_pay_is_declined() -> None:
+    choice = choose_span(linear, [0.2], 32)
+    assert choice.length == 0
+    assert choice.expected_ms == linear(1) and choice.expected_ids == 1.0
+
+
+def test_an_expensive_multi_id_forward_declines_even_likely_spans() -> None:
+    # llama.cpp-like on CPU: a 2-id forward costs about 2 single ones.
+    def steep(m: int) -> float:
+        return 10.0 * m
+
+    assert choose_span(steep, [0.9], 32).length == 0
+
+
+def test_a_cheap_backend_takes_the_whole_span() -> None:
+    def flat(m: int) -> float:
+        return 10.0 + 0.001 * m
+
+    choice = choose_span(flat, [0.9], 24)
+    assert choice.length == 24 and not choice.probe
+
+
+def test_falling_acceptance_shortens_spans() -> None:
+    acc = Acceptance(prior=[0.9], weight=4.0, decay=0.9)
+    lengths = [choose_span(linear, acc.rates(), 32).length]
+    for _ in range(6):
+        acc.record(tested=8, accepted=1)  # the copy keeps breaking at position 1
+        lengths.append(choose_span(linear, acc.rates(), 32).length)
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[0] >= 7 and lengths[-1] < lengths[0]
+
+
+def test_a_recurrent_backend_prices_restore_into_the_decision() -> None:
+    rates = [0.7]
+    rewinding = choose_span(linear, rates, 32)
+    restoring = choose_span(linear, rates, 32, Undo(before=2.0, after=6.0, replay=True))
+    assert rewinding.length > 0
+    assert restoring.length < rewinding.length
+    assert restoring.rate < rewinding.rate
+    # With restores that cost several plain steps, the same span is declined.
+    assert choose_span(linear, rates, 32, Undo(before=20.0, after=60.0, replay=True)).length == 0
+
+
+def test_probe_first_when_position_zero_is_doubtful_and_two_ids_cost_much_more() -> None:
+    # transformers-on-CPU shape: one id 45 ms, two or more ~65-80 ms.
+    def bumpy(m: int) -> float:
+        return 45.0 if m == 1 else 64.0 + m
+
+    rates = [0.3, 0.95]  # a coin flip at position 0, then the copy runs
+    choice = choose_span(bumpy, rates, 16)
+    assert choice.probe and choice.length >= 2
+    # A sure position 0 makes the combined forward better.
+    assert not choose_span(bumpy, [0.99, 0.95], 16).probe
+
+
+def test_decline_on_no_rates_or_no_span() -> None:
+    assert choose_span(linear, [], 8).length == 0
+    assert choose_span(linear, [0.99], 0).length == 0
+
+
+def test_chunk_sizes_follow_the_curve() -> None:
+    assert chunk_sizes(5, lambda m: 10.0 + m, 8) == [5]
+    assert chunk_sizes(40, lambda m: 10.0 + m, 16) == [8, 16, 16]
+    # A curve with a bump at 4-5 ids splits around it.
+    table = {1: 10.0, 2: 11.0, 4: 40.0, 5: 50.0}
+    assert chunk_sizes(5, lambda m: table.get(m, 99.0), 8) == [1, 2, 2]
+    assert sum(chunk_sizes(33, lambda m: 5.0 + m, 32)) == 33
+
+
+def test_acceptance_record_and_prior() -> None:
+    acc = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0, positions=4)
+    assert acc.rates() == [0.5, 0.8, 0.8, 0.8]
+    acc.record(tested=3, accepted=1)
+    assert acc.rates()[:3] == pytest.approx([2 / 3, 1.6 / 3, 0.8])
+    acc.record(tested=2, accepted=2)  # both positions kept, nothing rejected
+    assert acc.rates()[1] == pytest.approx((1 + 1.6) / 4)
+    acc.record(tested=9, accepted=9)  # positions past the table share the last slot
+    assert acc.rates()[3] > 0.8
+
+
+def test_acceptance_forgets_with_decay() -> None:
+    acc = Acceptance(prior=[0.5], weight=0.2, decay=0.5)
+    for _ in range(20):
+        acc.record(tested=1, accepted=0)
+    low = acc.rates()[0]
+    for _ in range(5):
+        acc.record(tested=1, accepted=1)
+    assert low < 0.1 and acc.rates()[0] > 0.8
+
+
+def test_acceptance_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError):
+        Acceptance(prior=[])
+    with pytest.raises(ValueError):
+        Acceptance(prior=[0.5], decay=0.0)
