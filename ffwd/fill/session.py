@@ -32,6 +32,7 @@ from ffwd.fill.proposal import (
     ProposalSource,
     TokenView,
 )
+from ffwd.fill.spans import AcceptanceBook
 
 FillKind = Literal["scaffold", "name", "key", "close", "turn-end"]
 FILL_KINDS: tuple[FillKind, ...] = ("scaffold", "name", "key", "close", "turn-end")
@@ -96,6 +97,7 @@ class FillStats:
     verify_unsupported: int = 0  # verify proposals dropped: cache cannot rewind
     checkpoint_ms: float = 0.0  # time spent in checkpoint/restore for verify
     branch_stops: int = 0  # echo spans that ended where the history forked
+    declined: int = 0  # verify proposals the span policy judged not worth a forward
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -204,6 +206,7 @@ class FillSession:
         self._length = len(prompt_ids)
         self._budget: float = math.inf
         self._pending: Proposal | None = None
+        self._book = AcceptanceBook(self.max_span)
 
     # --- TokenView ------------------------------------------------------
     @property
@@ -249,6 +252,7 @@ class FillSession:
         if self._pending is not None:
             raise RuntimeError("FillSession.push before commit of the previous proposal")
         self.stats.decode_steps += 1
+        self._book.sampled(token_id)
         self._append((token_id,))
         self._budget = budget
         return self._propose(self._sources, budget)
@@ -273,18 +277,26 @@ class FillSession:
             return out
         return None
 
-    def commit(self, proposal: Proposal, accepted: int) -> None:
-        """Record that the first `accepted` ids of `proposal` were emitted."""
+    def commit(self, proposal: Proposal, accepted: int, tested: int | None = None) -> None:
+        """Record that the first `accepted` ids of `proposal` were emitted.
+
+        For verify, `tested` is how many positions the model was asked about
+        (default: all); untested ones are neither rejected nor learned from.
+        """
         if proposal is not self._pending:
             raise RuntimeError("FillSession.commit of a proposal that is not pending")
         self._pending = None
         n = max(0, min(int(accepted), len(proposal.ids)))
         st = self.stats
         if proposal.policy == "verify":
+            size = len(proposal.ids)
+            checked = size if tested is None else max(n, min(tested, size))
             st.verify_accepted += n
-            st.verify_rejected += len(proposal.ids) - n
+            st.verify_rejected += checked - n
+            self._book.verified(proposal.origin, checked, n)
         if n == 0:
             return
+        self._book.stop_following()
         self._append(proposal.ids[:n])
         st.events += 1
         st.injected += n
@@ -293,6 +305,18 @@ class FillSession:
         elif proposal.origin == "echo":
             st.echo += n
         st.span_lens.append(n)
+
+    def acceptance(self, origin: str) -> list[float]:
+        """The running chance that each span position of `origin`'s proposals is kept."""
+        return self._book.rates(origin)
+
+    def decline(self, proposal: Proposal) -> None:
+        """Instead of `commit`: the caller does not forward this verify proposal."""
+        if proposal is not self._pending:
+            raise RuntimeError("FillSession.decline of a proposal that is not pending")
+        self._pending = None
+        self.stats.declined += 1
+        self._book.declined(proposal.origin, proposal.ids)
 
     def note_verify_event(self, checkpoint_ms: float = 0.0) -> None:
         """A verify proposal reached the forward."""

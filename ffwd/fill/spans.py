@@ -39,9 +39,18 @@ Everything here is a pure function of small tables (standard library only).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 Cost = Callable[[int], float]  # ms for one forward of m ids
+
+# Acceptance a request starts from, per source and span position (the last
+# value holds for every later position).
+PRIORS: dict[str, tuple[float, ...]] = {"echo": (0.5, 0.8)}
+DEFAULT_PRIOR: tuple[float, ...] = (0.5,)
+
+
+def prior_for(origin: str) -> tuple[float, ...]:
+    return PRIORS.get(origin, DEFAULT_PRIOR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +186,59 @@ class Acceptance:
 
     def record(self, tested: int, accepted: int) -> None:
         """`tested` positions were checked and the first `accepted` were kept."""
-        last = len(self._trials) - 1
         for j in range(min(tested, accepted + 1)):
-            k = min(j, last)
-            self._trials[k] = self._trials[k] * self._decay + 1.0
-            self._hits[k] = self._hits[k] * self._decay + (1.0 if j < accepted else 0.0)
+            self.observe(j, j < accepted)
+
+    def observe(self, j: int, kept: bool) -> None:
+        """Position `j` was checked (its predecessors all kept) and was or was not kept."""
+        k = min(j, len(self._trials) - 1)
+        self._trials[k] = self._trials[k] * self._decay + 1.0
+        self._hits[k] = self._hits[k] * self._decay + (1.0 if kept else 0.0)
+
+
+@dataclass(slots=True)
+class AcceptanceBook:
+    """A request's acceptance estimates, one per verify source, and the declined
+    proposal being followed.
+
+    A declined proposal still teaches: as the model samples, each id is
+    compared with the declined span's next position (`sampled`), exactly what
+    a verify forward would have asked. Only one is followed at a time, and a
+    verified or injected span ends it, so no position is counted twice.
+    """
+
+    positions: int = 32
+    estimates: dict[str, Acceptance] = field(default_factory=dict)
+    _shadow: tuple[str, tuple[int, ...]] | None = None
+    _pos: int = 0  # the followed proposal's next position
+
+    def rates(self, origin: str) -> list[float]:
+        return self._get(origin).rates()
+
+    def verified(self, origin: str, tested: int, accepted: int) -> None:
+        self._shadow = None
+        self._get(origin).record(tested, accepted)
+
+    def declined(self, origin: str, ids: Sequence[int]) -> None:
+        if self._shadow is None:
+            self._shadow, self._pos = (origin, tuple(ids)), 0
+
+    def sampled(self, token_id: int) -> None:
+        """The model sampled `token_id`: score the followed proposal's next position."""
+        if self._shadow is None:
+            return
+        origin, ids = self._shadow
+        kept = token_id == ids[self._pos]
+        self._get(origin).observe(self._pos, kept)
+        self._pos += 1
+        if not kept or self._pos == len(ids):
+            self._shadow = None
+
+    def stop_following(self) -> None:
+        self._shadow = None
+
+    def _get(self, origin: str) -> Acceptance:
+        est = self.estimates.get(origin)
+        if est is None:
+            est = self.estimates[origin] = Acceptance(prior_for(origin), positions=self.positions)
+        return est

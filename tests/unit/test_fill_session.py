@@ -377,7 +377,7 @@ def test_stats_as_dict_has_every_field() -> None:
         "events", "injected", "strict", "echo", "span_lens", "wasted_samples",
         "parse_fallback", "index_truncated", "decode_steps", "verify_events",
         "verify_accepted", "verify_rejected", "verify_unsupported", "checkpoint_ms",
-        "branch_stops",
+        "branch_stops", "declined",
     }
 
 
@@ -427,3 +427,31 @@ def test_a_source_without_observe_is_asked_and_never_observed() -> None:
     assert p is not None and p.ids == (7, 8)
     s.commit(p, 2)
     assert s.length == 1 + 2 + 2
+
+
+def test_decline_counts_and_keeps_learning_from_samples() -> None:
+    src = ListSource([5, 6, 7])
+    s = session(sources=[src])
+    before = s.acceptance("echo")
+    p = s.push(1)
+    assert p is not None and p.policy == "verify"
+    with pytest.raises(RuntimeError, match="not pending"):
+        s.decline(Proposal((5, 6), "verify", "echo"))
+    s.decline(p)
+    assert s.stats.declined == 1 and s.stats.verify_rejected == 0
+    assert s.length == 2  # nothing entered the history
+    q = s.push(5)  # the model sampled what position 0 proposed
+    assert s.acceptance("echo")[0] > before[0]
+    assert q is not None
+    s.commit(q, 0, tested=1)  # a probe rejected at position 0
+    assert s.stats.verify_rejected == 1 and s.stats.verify_accepted == 0
+
+
+def test_commit_tested_limits_what_counts_as_rejected() -> None:
+    s = session(sources=[ListSource([5, 6, 7, 8])])
+    p = s.push(1)
+    assert p is not None
+    s.commit(p, 1, tested=2)
+    assert (s.stats.verify_accepted, s.stats.verify_rejected) == (1, 1)
+    rates = s.acceptance("echo")
+    assert rates[0] > rates[1] or rates[1] < 0.8  # position 1 learned a rejection

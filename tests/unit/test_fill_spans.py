@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.fill.spans import Acceptance, Undo, choose_span, chunk_sizes
+from ffwd.fill.spans import Acceptance, AcceptanceBook, Undo, choose_span, chunk_sizes, prior_for
 
 
 def linear(m: int) -> float:
@@ -114,3 +114,30 @@ def test_acceptance_rejects_bad_settings() -> None:
         Acceptance(prior=[])
     with pytest.raises(ValueError):
         Acceptance(prior=[0.5], decay=0.0)
+
+
+def test_book_learns_from_a_declined_proposal_while_the_model_samples() -> None:
+    book = AcceptanceBook(positions=8)
+    prior = book.rates("echo")
+    book.declined("echo", (5, 6, 7))
+    book.sampled(5)  # position 0 would have been kept
+    book.sampled(9)  # position 1 would have been rejected
+    rates = book.rates("echo")
+    assert rates[0] > prior[0] and rates[1] < prior[1] and rates[2] == prior[2]
+    book.sampled(6)  # no longer followed
+    assert book.rates("echo") == rates
+
+
+def test_book_follows_one_declined_proposal_and_a_verify_settles_it() -> None:
+    book = AcceptanceBook(positions=8)
+    prior = book.rates("echo")
+    book.declined("echo", (5, 6, 7))
+    book.declined("echo", (6, 7, 8))  # the same copy one step later: not counted twice
+    book.sampled(5)
+    book.verified("echo", tested=2, accepted=2)  # ends the follow
+    book.sampled(0)  # not scored against the declined span any more
+    rates = book.rates("echo")
+    a = Acceptance(prior_for("echo"), positions=8)
+    a.observe(0, True)
+    a.record(2, 2)
+    assert rates == a.rates() and rates[0] > prior[0]
