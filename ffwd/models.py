@@ -211,10 +211,21 @@ def load_backend(
     """An `ffwd.engine.hf.HFBackend` for `spec` (see `load_model`)."""
     import torch
 
+    from ffwd.engine.cost import load_or_measure
     from ffwd.engine.hf import HFBackend
 
     if threads > 0:
         torch.set_num_threads(threads)
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     model = load_model(ref, dtype=dtype, device=device)
-    return HFBackend(model, prefill_chunk=prefill_chunk)
+    backend = HFBackend(model, prefill_chunk=prefill_chunk)
+    backend.cost = load_or_measure(backend, cost_curve_path(
+        ref, "transformers", str(model.dtype).removeprefix("torch."), str(backend.device),
+        torch.get_num_threads(),
+    ))
+    return backend
+
+
+def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, threads: int) -> Path:
+    """Where a model's measured forward costs are cached (per backend, dtype, device, threads)."""
+    return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{dtype}-{device}-t{threads}.json"

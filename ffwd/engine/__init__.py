@@ -21,11 +21,22 @@ prefill_chunk=512)`:
     ``verify_span(logits, proposed, sampler, generated=()) -> SpanVerdict``.
 
 `generate`:
+    ``stream_generate(backend, tokenizer, prompt_ids, params=None, *,
+    max_tokens=256, stop=(), plan=None, fill=None, strict_context=None,
+    cancelled=None, policy=None)`` yields ``StreamChunk(text, token_id, origin,
+    finish_reason, result)``; ``generate(...) -> GenerationResult`` with the
+    same arguments.
+
+`loop`:
     ``generate_step(backend, sampler, *, max_tokens, session=None,
-    probe_first=None, trace=None, check_cache=False)`` yields
-    ``TokenEvent(token_id, origin)``; ``stream_generate(backend, tokenizer,
-    prompt_ids, params=None, *, max_tokens=256, stop=(), plan=None, fill=None,
-    strict_context=None, cancelled=None, probe_first=None)`` yields
-    ``StreamChunk(text, token_id, origin, finish_reason, result)``;
-    ``generate(...) -> GenerationResult`` with the same arguments.
+    policy=None, trace=None, check_cache=False)`` yields
+    ``TokenEvent(token_id, origin)``; span policies ``cost_policy(curve)``,
+    ``fixed_policy(probe)``, ``default_policy(backend)``.
+
+`cost`:
+    ``CostCurve`` (ms per forward of m ids, kept current by the loop),
+    ``measure(backend)``, ``load_or_measure(backend, path)``.
+
+`text`:
+    ``Detokenizer``, ``StopMatcher``.
 """

@@ -19,6 +19,9 @@ Contract
 * Where the cache cannot be cut back (recurrent state), `checkpoint()` returns
   an opaque snapshot and `restore(cp)` puts the cache back to it, ids
   included; `can_checkpoint` says whether that is available.
+* `cost` is the measured `CostCurve` (None until a loader measures it) and
+  `span_cost(m)` reads it: the ms one forward of m ids costs now. The decode
+  loop keeps it current and sizes verify spans with it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+
+from ffwd.engine.cost import CostCurve
 
 
 class Backend(Protocol):
@@ -73,6 +78,12 @@ class Backend(Protocol):
     @property
     def last_logits(self) -> torch.Tensor:
         """float32 logits after the last id forwarded (shape ``(vocab_size,)``)."""
+        ...
+
+    cost: CostCurve | None
+
+    def span_cost(self, m: int) -> float:
+        """ms of one forward of `m` ids (every row) by the measured curve."""
         ...
 
     def prefill(self, ids: list[int]) -> int: ...

@@ -28,10 +28,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ffwd.engine.backend import Backend
 from ffwd.fill.spans import POINTS, Undo
+
+if TYPE_CHECKING:  # the protocol module names CostCurve in turn
+    from ffwd.engine.backend import Backend
 
 Kind = Literal["rows", "last"]
 KINDS: tuple[Kind, ...] = ("rows", "last")
@@ -116,8 +118,9 @@ def _interpolate(table: Mapping[int, float], m: int) -> float:
 def measure(
     backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS
 ) -> CostCurve:
-    """Time forwards of each length in `points` after a `context`-id prompt (median of
-    `repeats`), both kinds, and the checkpoint/restore of a cache that cannot rewind.
+    """Time forwards of each length in `points` after a `context`-id prompt (one
+    untimed warm-up, then the median of `repeats`), both kinds, and the
+    checkpoint/restore of a cache that cannot rewind.
 
     Leaves the backend's cache empty.
     """
@@ -134,20 +137,23 @@ def measure(
     for m in usable:
         for kind, out in (("rows", rows), ("last", last)):
             times = []
-            for _ in range(repeats):
+            for i in range(repeats + 1):  # the first call of a shape may compile kernels
                 saved, ms_before = _checkpoint(backend)
                 t0 = time.perf_counter()
                 if kind == "rows":
                     backend.forward(span[:m])
                 else:
                     backend.append(span[:m])
-                times.append((time.perf_counter() - t0) * 1000)
-                if not (backend.can_rewind or backend.can_checkpoint):
-                    continue  # nothing to undo with: let the context grow by m
-                ms_after = _undo(backend, saved, m)
-                if saved is not None:
-                    befores.append(ms_before)
-                    afters.append(ms_after)
+                ms = (time.perf_counter() - t0) * 1000
+                # Without rewind or checkpoint there is nothing to undo with: the
+                # context grows by m, which a short measurement can afford.
+                if backend.can_rewind or backend.can_checkpoint:
+                    ms_after = _undo(backend, saved, m)
+                    if i and saved is not None:
+                        befores.append(ms_before)
+                        afters.append(ms_after)
+                if i:
+                    times.append(ms)
             out[m] = _median(times)
     backend.reset()
     undo = Undo(_median(befores), _median(afters), replay=True) if befores else Undo()

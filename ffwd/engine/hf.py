@@ -28,6 +28,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+from ffwd.engine.cost import CostCurve
+
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
 
@@ -98,6 +100,7 @@ class HFBackend:
         params = inspect.signature(model.forward).parameters
         self._keep_kw = "logits_to_keep" in params
         self._forward_calls = 0
+        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
         self.reset()
 
     # --- facts ----------------------------------------------------------
@@ -146,6 +149,11 @@ class HFBackend:
     @property
     def can_checkpoint(self) -> bool:
         return not self._one_at_a_time
+
+    def span_cost(self, m: int) -> float:
+        if self.cost is None:
+            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
+        return self.cost.cost(m)
 
     # --- cache ----------------------------------------------------------
     def reset(self) -> None:

@@ -1,8 +1,10 @@
 """JSONL proposal trace: one record per proposal, next to what the model said.
 
 `actual[j]` is the model's own choice at span position j (j=0: after the
-sampled id; j>0: after proposed[j-1]). For assert spans this readback exists
-only for the trace; the served path never needs it.
+sampled id; j>0: after proposed[j-1]), for the positions that were forwarded.
+For assert spans this readback exists only for the trace; the served path
+never needs it. `decision` says what the span policy did with a verify
+proposal (``declined`` ones forward nothing, so their `actual` is empty).
 
 The decode loop holds a `TraceWriter` or None; with tracing off it builds no
 record at all, so the cost when off is one `is None` test per proposal.
@@ -29,6 +31,12 @@ class TraceRecord:
     accepted: int
     proposed_text: str | None = None
     actual_text: str | None = None
+    # What the span policy decided: assert | combined | probe | declined | unsupported,
+    # how many ids it forwarded, and the expected ids and ms it weighed.
+    decision: str = "assert"
+    chosen: int = 0
+    expected_ids: float | None = None
+    expected_ms: float | None = None
     ts: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
 
     @property
@@ -45,8 +53,9 @@ class TraceRecord:
         d["proposed_len"] = self.proposed_len
         d["first_mismatch"] = self.first_mismatch
         order = (
-            "ts", "origin", "policy", "generated", "proposed_len", "accepted",
-            "first_mismatch", "proposed", "actual", "proposed_text", "actual_text",
+            "ts", "origin", "policy", "decision", "generated", "proposed_len", "chosen",
+            "accepted", "first_mismatch", "expected_ids", "expected_ms", "proposed", "actual",
+            "proposed_text", "actual_text",
         )
         return json.dumps({k: d[k] for k in order}, ensure_ascii=False)
 

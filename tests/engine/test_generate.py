@@ -10,13 +10,9 @@ import torch
 from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 from ffwd.config import FillConfig
-from ffwd.engine.generate import (
-    Detokenizer,
-    GenerationResult,
-    StopMatcher,
-    generate,
-    stream_generate,
-)
+from ffwd.engine.generate import GenerationResult, generate, stream_generate
+from ffwd.engine.loop import fixed_policy
+from ffwd.engine.text import Detokenizer, StopMatcher
 from ffwd.fill import FillPlan, FillRow, read_trace
 
 TOK = CharTokenizer()
@@ -47,7 +43,7 @@ def test_greedy_echo_is_identical_to_off_with_fewer_forwards(family: str, probe:
     for seed in range(3):
         prompt = repetitive_prompt(seed)
         off = run(family, prompt)
-        echo = run(family, prompt, ECHO, probe_first=probe)
+        echo = run(family, prompt, ECHO, policy=fixed_policy(probe))
         assert echo.token_ids == off.token_ids and echo.text == off.text
         assert echo.finish_reason == off.finish_reason == "length"
         off_calls += off.forward_calls

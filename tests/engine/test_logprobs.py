@@ -10,6 +10,7 @@ from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend, tiny_mod
 from ffwd.config import FillConfig
 from ffwd.engine.generate import StreamChunk, TokenLogprob, stream_generate, token_logprob
 from ffwd.engine.hf import HFBackend
+from ffwd.engine.loop import fixed_policy
 from ffwd.fill import FillPlan, FillRow
 
 TOK = CharTokenizer()
@@ -50,7 +51,7 @@ def test_sampled_ids_carry_their_logprob() -> None:
 @pytest.mark.parametrize("probe", [True, False], ids=["probe-first", "combined"])
 def test_verified_echo_ids_carry_the_rows_that_checked_them(probe: bool) -> None:
     prompt = repetitive_prompt(0)
-    got = chunks(prompt, FillConfig(fill="echo", k=2), FillPlan(), probe_first=probe)
+    got = chunks(prompt, FillConfig(fill="echo", k=2), FillPlan(), policy=fixed_policy(probe))
     assert any(c.origin == "echo" for c in got)
     assert_model_own(prompt, got)
 

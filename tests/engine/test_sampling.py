@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny_models import tiny_backend
 
-import ffwd.engine.generate as gen
-from ffwd.engine.generate import generate_step
+import ffwd.engine.loop as loop
+from ffwd.engine.loop import fixed_policy, generate_step
 from ffwd.engine.sampling import (
     Sampler,
     SamplingParams,
@@ -122,7 +122,7 @@ def _sample_pairs(
         session = FillSession(FillPlan(), prompt, sources=[FixedVerifySource()]) if fill else None
         sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
         ids = [e.token_id for e in generate_step(
-            backend, sampler, max_tokens=3, session=session, probe_first=probe  # type: ignore[arg-type]
+            backend, sampler, max_tokens=3, session=session, policy=fixed_policy(probe),  # type: ignore[arg-type]
         )]
         counts[(ids[1], ids[2])] += 1
     return counts
@@ -161,7 +161,7 @@ def test_sampling_verify_is_lossless(monkeypatch: pytest.MonkeyPatch) -> None:
         p_values[f"probe={probe}"] = _p_value(counts, exact, runs)
     assert all(p > 1e-3 for p in p_values.values()), p_values
 
-    monkeypatch.setattr(gen, "verify_span", _argmax_acceptance)
+    monkeypatch.setattr(loop, "verify_span", _argmax_acceptance)
     wrong = _sample_pairs(backend, prompt, runs, fill=True, probe=False)
     assert _p_value(wrong, exact, runs) < 1e-8
 

@@ -1,0 +1,373 @@
+"""The token-level decode loop: sample, push, append, verify, rewind.
+
+`generate_step` yields `TokenEvent(token_id, origin)`, one per emitted id,
+sampled or injected. It continues from a prefilled backend, stops after an EOS
+id or `max_tokens` ids, and never does a forward whose result nobody reads.
+Closing it early (a stop string, a cancelled client) is safe: the fill session
+is committed with what was actually emitted.
+
+With a `FillSession`, every sampled id is pushed and the session answers:
+
+* nothing: a plain step (forward the sampled id, sample the next);
+* an ``assert`` span: forwarded with the sampled id, chunked where the
+  backend's cost curve says several forwards are cheaper than one;
+* a ``verify`` span: the `SpanPolicy` decides how many of its ids to forward
+  and whether to check position 0 alone first (`ffwd.fill.spans`), or to
+  decline it. The model's own logits keep the agreed prefix; the rest is
+  rewound (or, for recurrent caches, the state is restored from a checkpoint
+  and the kept ids are forwarded again).
+
+No module state: one generation per backend at a time, from any thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from ffwd.engine.backend import Backend
+from ffwd.engine.cost import CostCurve
+from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
+from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
+from ffwd.fill.spans import SpanChoice, choose_span, chunk_sizes
+
+TokenOrigin = Literal["sampled", "template", "schema", "echo", "ngram", "mtp"]
+SpanPolicy = Callable[[Proposal, FillSession], SpanChoice]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """The model's own log-probability of an emitted id (raw logits, before any sampling
+    setting) and the `top` most likely ids at that position, most likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    token_id: int
+    origin: TokenOrigin
+    logprob: TokenLogprob | None = None  # when the generation asked for logprobs
+
+
+def token_logprob(row: torch.Tensor, token_id: int, top: int = 0) -> TokenLogprob:
+    """`token_id`'s log-probability under the logits `row`, and the `top` best ids."""
+    lp = torch.log_softmax(row.float(), dim=-1)
+    best: tuple[tuple[int, float], ...] = ()
+    if top > 0:
+        vals, ids = torch.topk(lp, min(top, lp.shape[-1]))
+        best = tuple(zip(ids.tolist(), vals.tolist(), strict=True))
+    return TokenLogprob(float(lp[token_id]), best)
+
+
+def cost_policy(curve: CostCurve) -> SpanPolicy:
+    """Verify spans priced by `curve` and the session's acceptance (`choose_span`)."""
+
+    def decide(proposal: Proposal, session: FillSession) -> SpanChoice:
+        rates = session.acceptance(proposal.origin)
+        return choose_span(curve.cost, rates, len(proposal.ids), curve.undo)
+
+    return decide
+
+
+def fixed_policy(probe: bool) -> SpanPolicy:
+    """Every verify span whole: together with the sampled id, or after probing position 0.
+
+    For backends without a measured curve, and for comparing the two shapes.
+    """
+
+    def decide(proposal: Proposal, session: FillSession) -> SpanChoice:
+        return SpanChoice(len(proposal.ids), probe, 0.0, 0.0, 0.0)
+
+    return decide
+
+
+def default_policy(backend: Backend) -> SpanPolicy:
+    """The backend's measured curve when it has one; else probe first on CPU, where a
+    2-id forward costs clearly more than a 1-id one, and the combined forward elsewhere."""
+    curve = getattr(backend, "cost", None)
+    if isinstance(curve, CostCurve):
+        return cost_policy(curve)
+    device = getattr(backend, "device", None)
+    return fixed_policy(not (isinstance(device, torch.device) and device.type == "cuda"))
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one generation's step functions share (no logic of its own)."""
+
+    backend: Backend
+    sampler: Sampler
+    session: FillSession | None
+    max_tokens: int
+    policy: SpanPolicy
+    trace: TraceWriter | None
+    curve: CostCurve | None
+    logprobs: int | None = None  # top alternatives per token; None: no logprobs
+    out: list[int] = field(default_factory=list)
+    row: torch.Tensor | None = None  # the logits the next sampled id is drawn from
+
+    @property
+    def all_rows(self) -> bool:
+        """Whether assert spans need every row (the trace, or logprobs of injected ids)."""
+        return self.trace is not None or self.logprobs is not None
+
+    def pick(self, logits: torch.Tensor) -> int:
+        """Sample from `logits`, keeping the row for the id's logprob."""
+        self.row = logits
+        return self.sampler.sample(logits, self.out)
+
+    def logprob(self, row: torch.Tensor | None, token: int) -> TokenLogprob | None:
+        if self.logprobs is None or row is None:
+            return None
+        return token_logprob(row, token, self.logprobs)
+
+
+def generate_step(
+    backend: Backend,
+    sampler: Sampler,
+    *,
+    max_tokens: int,
+    session: FillSession | None = None,
+    policy: SpanPolicy | None = None,
+    trace: TraceWriter | None = None,
+    check_cache: bool = False,
+    logprobs: int | None = None,
+) -> Generator[TokenEvent, None, None]:
+    """Yield the ids that follow what `backend` holds (call `backend.prefill` first).
+
+    `session` (optional) proposes spans after each sampled id; `policy` sizes
+    verify spans (default: `default_policy`); `trace` gets one record per
+    proposal; `check_cache` asserts at every step that the cache holds the
+    prompt plus exactly the emitted ids. With `logprobs` (the number of
+    alternatives, 0 for none) every event carries a `TokenLogprob`, injected
+    ids included, read from the rows of the forward that checked them.
+    """
+    curve = getattr(backend, "cost", None)
+    run = _Run(
+        backend, sampler, session, max_tokens, policy or default_policy(backend), trace,
+        curve if isinstance(curve, CostCurve) else None, logprobs,
+    )
+    prompt_len = backend.cache_len
+    # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
+    opening = session.start(max_tokens) if session is not None else None
+    if opening is not None:
+        token = yield from _assert_step(run, [], opening)
+    else:
+        token = run.pick(backend.last_logits)
+    while token is not None:
+        if check_cache and backend.cache_len != prompt_len + len(run.out):
+            raise AssertionError(
+                f"cache holds {backend.cache_len} ids, expected prompt {prompt_len} + "
+                f"emitted {len(run.out)}"
+            )
+        # 1. emit the sampled id; an EOS id ends here.
+        run.out.append(token)
+        yield TokenEvent(token, "sampled", run.logprob(run.row, token))
+        if token in backend.eos_ids:
+            return
+        # 2. ask the fill session what follows, within the remaining budget
+        #    (pushed even at the budget's end, so decode_steps counts every sample).
+        proposal = session.push(token, max_tokens - len(run.out)) if session else None
+        if len(run.out) >= max_tokens:
+            if proposal is not None:  # the clamp never lets one through at budget 0
+                session.commit(proposal, 0)  # type: ignore[union-attr]
+            return
+        # 3. nothing known: a plain decode step.
+        if proposal is None:
+            token = run.pick(_forward(run, [token], rows=False))
+        # 4. determined ids: forward them together with the sampled id.
+        elif proposal.policy == "assert":
+            token = yield from _assert_step(run, [token], proposal)
+        # 5. likely ids: forward what pays, keep what the model agrees with, rewind the rest.
+        else:
+            token = yield from _verify_step(run, token, proposal)
+
+
+def _forward(run: _Run, ids: list[int], *, rows: bool) -> torch.Tensor:
+    """One forward (every row, or the last row only), timed into the cost curve."""
+    t0 = time.perf_counter()
+    out = run.backend.forward(ids) if rows else run.backend.append(ids)
+    if run.curve is not None:
+        run.curve.observe(len(ids), (time.perf_counter() - t0) * 1000, "rows" if rows else "last")
+    return out
+
+
+def _emit(
+    run: _Run, proposal: Proposal, ids: Sequence[int], rows: torch.Tensor | None,
+    tested: int | None = None,
+) -> Generator[TokenEvent, None, None]:
+    """Yield injected ids (row j of `rows` predicts ids[j]); commit however many were taken."""
+    assert run.session is not None
+    sent = 0
+    try:
+        for j, tok in enumerate(ids):
+            run.out.append(tok)
+            sent += 1
+            row = None if rows is None else rows[j]
+            yield TokenEvent(tok, proposal.origin, run.logprob(row, tok))
+    finally:
+        run.session.commit(proposal, sent, tested)
+
+
+def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
+    """Append `ids` in chunks; every row when `all_rows`, else the last row only.
+
+    Chunks are `append_chunk_size` when the caller set one, else what the cost
+    curve says is cheapest (one forward of everything, on most curves).
+    """
+    b = run.backend
+    size = min((run.session.append_chunk_size if run.session else 0) or b.max_append, b.max_append)
+    if run.curve is not None and size == b.max_append:
+        curve = run.curve
+        sizes = chunk_sizes(len(ids), lambda m: curve.cost(m, "last"), size)
+    else:
+        sizes = [size] * (-(-len(ids) // size))
+    rows: list[torch.Tensor] = []
+    start = 0
+    for n in sizes:
+        part = ids[start : start + n]
+        start += n
+        if part:
+            rows.append(_forward(run, part, rows=True) if all_rows else
+                        _forward(run, part, rows=False)[None])
+    return torch.cat(rows) if all_rows else rows[-1][0]
+
+
+def _assert_step(
+    run: _Run, head: list[int], proposal: Proposal
+) -> Generator[TokenEvent, None, int | None]:
+    """Forward `head` (the sampled id, or nothing at the start) and the span in one go."""
+    span = list(proposal.ids)
+    last = len(run.out) + len(span) >= run.max_tokens
+    logits: torch.Tensor | None = None
+    rows: torch.Tensor | None = None
+    # A span that uses up the budget needs no forward, unless its rows are read.
+    if not last or run.all_rows:
+        prev = run.backend.last_logits
+        logits = _forward_chunks(run, [*head, *span], all_rows=run.all_rows)
+    if run.all_rows and logits is not None:
+        # Row j must predict span position j: without a head that is the row before.
+        rows = logits if head else torch.cat([prev[None], logits])
+        _write_trace(run, proposal, rows[: len(span)], len(span))
+        logits = rows[-1]
+    yield from _emit(run, proposal, span, rows)
+    if last or logits is None:
+        return None
+    return run.pick(logits)
+
+
+def _verify_step(
+    run: _Run, token: int, proposal: Proposal
+) -> Generator[TokenEvent, None, int | None]:
+    b, sampler, session = run.backend, run.sampler, run.session
+    assert session is not None
+    if b.max_append < 2 or not (b.can_rewind or b.can_checkpoint):
+        session.commit(proposal, 0)
+        session.note_verify_unsupported()
+        _write_trace(run, proposal, None, 0, "unsupported")
+        return run.pick(_forward(run, [token], rows=False))
+    choice = run.policy(proposal, session)
+    span = list(proposal.ids[: min(choice.length, b.max_append - 1)])
+    if not span:
+        session.decline(proposal)
+        _write_trace(run, proposal, None, 0, "declined", choice)
+        return run.pick(_forward(run, [token], rows=False))
+    if choice.probe:
+        # Position 0 alone first: a rejection there costs exactly a plain step.
+        row0 = _forward(run, [token], rows=False)
+        first = verify_span(row0[None], span[:1], sampler, run.out)
+        if first.accepted == 0:
+            session.note_verify_event()
+            _write_trace(run, proposal, row0[None], 0, "probe", choice)
+            session.commit(proposal, 0, tested=1)
+            run.row = row0
+            return first.next_id
+        replay_from: list[int] = []
+        saved, ms = _checkpoint(b)
+        rows = torch.cat([row0[None], _forward(run, span, rows=True)])
+        # Position 0 is decided; each position gets exactly one acceptance draw.
+        rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]])
+        verdict = SpanVerdict(1 + rest.accepted, rest.next_id)
+    else:
+        replay_from = [token]
+        saved, ms = _checkpoint(b)
+        rows = _forward(run, [token, *span], rows=True)
+        verdict = verify_span(rows, span, sampler, run.out)
+    kept = span[: verdict.accepted]
+    ms += _cut_back(run, saved, replay_from + kept, len(span) - len(kept))
+    session.note_verify_event(ms)
+    _write_trace(run, proposal, rows[: len(span)], verdict.accepted,
+                 "probe" if choice.probe else "combined", choice)
+    yield from _emit(run, proposal, kept, rows, tested=len(span))
+    if len(run.out) >= run.max_tokens:
+        return None
+    run.row = rows[verdict.accepted]  # the replacement's row, or the one after the span
+    return verdict.next_id
+
+
+def _checkpoint(b: Backend) -> tuple[object | None, float]:
+    """A checkpoint when the cache cannot rewind (None when it can), and its cost in ms."""
+    if b.can_rewind:
+        return None, 0.0
+    t0 = time.perf_counter()
+    saved = b.checkpoint()
+    return saved, (time.perf_counter() - t0) * 1000
+
+
+def _cut_back(run: _Run, saved: object | None, kept: list[int], rejected: int) -> float:
+    """Drop the rejected tail: rewind, or restore and forward the kept ids again.
+
+    Returns the milliseconds spent restoring (the replay forward is counted in
+    `forward_calls`, not here).
+    """
+    b = run.backend
+    if rejected == 0:
+        return 0.0
+    if saved is None:
+        b.rewind(rejected)
+        return 0.0
+    t0 = time.perf_counter()
+    b.restore(saved)
+    ms = (time.perf_counter() - t0) * 1000
+    if kept:
+        _forward(run, kept, rows=False)
+    return ms
+
+
+def _write_trace(
+    run: _Run,
+    proposal: Proposal,
+    rows: torch.Tensor | None,
+    accepted: int,
+    decision: str = "assert",
+    choice: SpanChoice | None = None,
+) -> None:
+    """One trace record: the model's own argmax at each forwarded span position next to
+    the span, and what the span policy decided (``declined``: nothing forwarded)."""
+    if run.trace is None:
+        return
+    assert run.session is not None
+    actual = rows.argmax(dim=-1).tolist() if rows is not None else []
+    decode = run.session.decode
+    run.trace.write(
+        TraceRecord(
+            origin=proposal.origin,
+            policy=proposal.policy,
+            generated=len(run.out),
+            proposed=list(proposal.ids),
+            actual=actual,
+            accepted=accepted,
+            proposed_text=decode(proposal.ids) if decode else None,
+            actual_text=decode(actual) if decode else None,
+            decision=decision,
+            chosen=choice.length if choice else len(proposal.ids) if decision == "assert" else 0,
+            expected_ids=round(choice.expected_ids, 4) if choice else None,
+            expected_ms=round(choice.expected_ms, 4) if choice else None,
+        )
+    )
