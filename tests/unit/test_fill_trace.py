@@ -7,8 +7,9 @@ from pathlib import Path
 
 from ffwd.fill import TraceRecord, TraceWriter, first_mismatch, read_trace
 
-FIELDS = ["ts", "origin", "policy", "generated", "proposed_len", "accepted", "first_mismatch",
-          "proposed", "actual", "proposed_text", "actual_text"]
+FIELDS = ["ts", "origin", "policy", "decision", "generated", "proposed_len", "chosen",
+          "accepted", "first_mismatch", "expected_ids", "expected_ms", "proposed", "actual",
+          "proposed_text", "actual_text"]
 
 
 def test_first_mismatch() -> None:
@@ -27,6 +28,7 @@ def test_records_round_trip_with_every_field(tmp_path: Path) -> None:
     assert [list(r) for r in recs] == [FIELDS, FIELDS]
     assert recs[0]["first_mismatch"] == 2 and recs[0]["proposed_len"] == 3
     assert recs[1]["first_mismatch"] == -1 and recs[1]["proposed_text"] is None
+    assert recs[0]["decision"] == "assert" and recs[0]["expected_ms"] is None
 
 
 def test_appends_and_is_thread_safe(tmp_path: Path) -> None:
