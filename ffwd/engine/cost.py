@@ -75,8 +75,11 @@ class CostCurve:
             "rows": {str(m): round(v, 4) for m, v in sorted(self.rows.items())},
             "last": {str(m): round(v, 4) for m, v in sorted(self.last.items())},
             "max_append": self.max_append,
-            "undo": {"before": self.undo.before, "after": self.undo.after,
-                     "replay": self.undo.replay},
+            "undo": {
+                "before": self.undo.before,
+                "after": self.undo.after,
+                "replay": self.undo.replay,
+            },
         }
 
     @classmethod
@@ -88,9 +91,14 @@ class CostCurve:
         undo = d.get("undo") or {}
         assert isinstance(undo, dict)
         return cls(
-            table(d["rows"]), table(d["last"]), int(str(d["max_append"])),
-            Undo(float(undo.get("before", 0.0)), float(undo.get("after", 0.0)),
-                 bool(undo.get("replay", False))),
+            table(d["rows"]),
+            table(d["last"]),
+            int(str(d["max_append"])),
+            Undo(
+                float(undo.get("before", 0.0)),
+                float(undo.get("after", 0.0)),
+                bool(undo.get("replay", False)),
+            ),
         )
 
 
@@ -118,46 +126,47 @@ def _interpolate(table: Mapping[int, float], m: int) -> float:
 def measure(
     backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS
 ) -> CostCurve:
-    """Time forwards of each length in `points` after a `context`-id prompt (one
-    untimed warm-up, then the median of `repeats`), both kinds, and the
-    checkpoint/restore of a cache that cannot rewind.
+    """Time forwards of each length in `points` after a `context`-id prompt, both
+    kinds, and the checkpoint/restore of a cache that cannot rewind.
 
+    One untimed round first (a shape's first call may compile kernels), then
+    `repeats` rounds over every (length, kind), keeping each point's median:
+    rounds rather than one point at a time, so that a machine whose speed
+    drifts during the measurement skews every point alike (the running level
+    corrects the scale later; the shape is what must be right).
     Leaves the backend's cache empty.
     """
     vocab = backend.vocab_size
     prompt = [(7 * i + 3) % vocab for i in range(context)]
     span = [(11 * i + 5) % vocab for i in range(max(points))]
-    usable = [m for m in points if m <= backend.max_append] or [1]
+    shapes = [(m, kind) for m in points if m <= backend.max_append for kind in KINDS]
     backend.reset()
     backend.prefill(prompt)
-    rows: dict[int, float] = {}
-    last: dict[int, float] = {}
+    times: dict[tuple[int, Kind], list[float]] = {shape: [] for shape in shapes}
     befores: list[float] = []
     afters: list[float] = []
-    for m in usable:
-        for kind, out in (("rows", rows), ("last", last)):
-            times = []
-            for i in range(repeats + 1):  # the first call of a shape may compile kernels
-                saved, ms_before = _checkpoint(backend)
-                t0 = time.perf_counter()
-                if kind == "rows":
-                    backend.forward(span[:m])
-                else:
-                    backend.append(span[:m])
-                ms = (time.perf_counter() - t0) * 1000
-                # Without rewind or checkpoint there is nothing to undo with: the
-                # context grows by m, which a short measurement can afford.
-                if backend.can_rewind or backend.can_checkpoint:
-                    ms_after = _undo(backend, saved, m)
-                    if i and saved is not None:
-                        befores.append(ms_before)
-                        afters.append(ms_after)
-                if i:
-                    times.append(ms)
-            out[m] = _median(times)
+    for rnd in range(repeats + 1):
+        for m, kind in shapes:
+            saved, ms_before = _checkpoint(backend)
+            t0 = time.perf_counter()
+            if kind == "rows":
+                backend.forward(span[:m])
+            else:
+                backend.append(span[:m])
+            ms = (time.perf_counter() - t0) * 1000
+            # Without rewind or checkpoint there is nothing to undo with: the
+            # context grows by m, which a short measurement can afford.
+            if backend.can_rewind or backend.can_checkpoint:
+                ms_after = _undo(backend, saved, m)
+                if rnd and saved is not None:
+                    befores.append(ms_before)
+                    afters.append(ms_after)
+            if rnd:
+                times[(m, kind)].append(ms)
     backend.reset()
     undo = Undo(_median(befores), _median(afters), replay=True) if befores else Undo()
-    return CostCurve(rows, last, backend.max_append, undo)
+    table = {kind: {m: _median(times[(m, k)]) for m, k in shapes if k == kind} for kind in KINDS}
+    return CostCurve(table["rows"], table["last"], backend.max_append, undo)
 
 
 def _checkpoint(backend: Backend) -> tuple[object | None, float]:
