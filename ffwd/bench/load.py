@@ -9,8 +9,10 @@ chat that it abandons after the first chunks (a client disconnecting).
 
 `agent`: each client runs multi-turn agent conversations (a system prompt,
 tools, `--turns` requests, each resending the whole conversation with the
-model's answer and a tool result or a follow-up appended), one conversation
-per client at a time, so the conversations interleave at the server. It
+model's answer and its tool call's result appended: a tool call is required
+on every turn but the last; results are ~0.8 KB and specific to the
+conversation), one conversation per client at a time, so the conversations
+interleave at the server. It
 reports the prompt-cache hit rate of turns 2 and later (cached / prompt
 tokens), how many of them ran on the previous turn's replica, and the
 router's own counters (`ffwd_route_*`, when the server has them) over the run.
@@ -139,14 +141,28 @@ def mixed_client(client: httpx.Client, url: str, w: int, deadline: float, t: Tal
 
 
 # --- agent conversations -----------------------------------------------------------
-def next_messages(messages: list[dict[str, Any]], reply: dict[str, Any], turn: int
+def tool_result(city: str, turn: int) -> str:
+    """A tool's answer, specific to the conversation and turn (~0.8 KB, like agents' tools).
+
+    >>> len(tool_result("Oslo", 1)) > 700, tool_result("Oslo", 1) != tool_result("Riga", 1)
+    (True, True)
+    """
+    seed = sum(map(ord, city)) + 31 * turn
+    days = [{"day": d, "temp_c": (seed + 7 * d) % 30, "rain_mm": (seed * d) % 13,
+             "wind_kmh": (seed + d * d) % 40} for d in range(1, 8)]
+    flights = [{"number": f"{city[:2].upper()}{(seed + 97 * i) % 900 + 100}",
+                "depart": f"{6 + 3 * i:02d}:{(seed + i) % 60:02d}",
+                "price_eur": 60 + (seed * (i + 1)) % 240} for i in range(5)]
+    return json.dumps({"city": city, "forecast": days, "flights": flights})
+
+
+def next_messages(messages: list[dict[str, Any]], reply: dict[str, Any], city: str, turn: int
                   ) -> list[dict[str, Any]]:
     """The conversation after `reply`: its tool calls answered, or a follow-up asked."""
     out = [*messages, {k: v for k, v in reply.items() if k in ("role", "content", "tool_calls")}]
     for call in reply.get("tool_calls") or []:
-        result = {"city": "Lisbon", "temp_c": 18 + turn, "sky": "clear", "wind_kmh": 12,
-                  "flights": [{"number": f"TP{120 + turn}", "price_eur": 89 + turn}]}
-        out.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
+        out.append({"role": "tool", "tool_call_id": call["id"],
+                    "content": tool_result(city, turn)})
     if not reply.get("tool_calls"):
         out.append({"role": "user", "content": f"Thanks. Step {turn + 1}: what else should I "
                     "check before I book?"})
@@ -168,8 +184,10 @@ def agent_client(client: httpx.Client, url: str, w: int, deadline: float, t: Tal
                 break
             t0 = time.perf_counter()
             try:
+                # An agent step: a tool call on every turn but the last, which answers.
                 r = client.post(url + "/v1/chat/completions", json={
                     "model": "default", "messages": messages, "tools": AGENT_TOOLS,
+                    "tool_choice": "required" if turn < turns - 1 else "auto",
                     "max_tokens": 48, "temperature": 0})
             except Exception as exc:
                 t.fail(f"agent turn {turn}", exc)
@@ -188,7 +206,7 @@ def agent_client(client: httpx.Client, url: str, w: int, deadline: float, t: Tal
                     t.prompt += usage["prompt_tokens"]
                     t.cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
             last_replica = replica
-            messages = next_messages(messages, b["choices"][0]["message"], turn)
+            messages = next_messages(messages, b["choices"][0]["message"], city, turn)
         conv += 1
 
 
