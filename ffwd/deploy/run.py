@@ -51,8 +51,9 @@ def serve_replicas(spec: DeploySpec, ray_address: str | None) -> int:
     from ffwd.deploy.app import build_app
 
     local = ray_address is None
-    ray.init(address=ray_address, include_dashboard=False if local else None,
-             logging_level=logging.WARNING)
+    # "local": a new cluster of our own, even where `ray start` left one to join by default.
+    ray.init(address="local" if local else ray_address,
+             include_dashboard=False if local else None, logging_level=logging.WARNING)
     # After ray.init: its core worker's C handler would kill us 3 s into the clean-up.
     signal.signal(signal.SIGTERM, _exit)
     logging.getLogger("ray.serve").setLevel(logging.WARNING)
