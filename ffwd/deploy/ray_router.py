@@ -51,6 +51,10 @@ class PrefixAffinityRouter(RequestRouter):
         candidate_replicas: list[RunningReplica],
         pending_request: PendingRequest | None = None,
     ) -> list[list[RunningReplica]]:
+        if pending_request is not None:
+            # Every replica is ranked each round, so a round that finds none with room
+            # has nothing left to try: Ray should wait before the next (else it spins).
+            pending_request.routing_context.should_backoff = True
         hashes = _hashes(pending_request)
         by_id = {r.replica_id: r for r in candidate_replicas}
         loads = self._loads(candidate_replicas)

@@ -7,6 +7,7 @@ test runs last because it takes a replica down.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -41,7 +42,8 @@ CITIES = ("Lisbon", "Oslo", "Kyoto", "Quito")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Server]:
-    s = Server("--replicas", "2", "--replica-cpus", "1", "--fill", "echo", "--dtype", "float32")
+    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "2", "--fill", "echo",
+               "--dtype", "float32")
     try:
         _wait_for(s, "ffwd serving", 300)  # printed once every replica is running
         yield s
@@ -145,6 +147,57 @@ def test_interleaved_conversations_spread_and_stay(cluster: Server) -> None:
     assert re.search(r"^ffwd_route_resumed_total [1-9]", metrics, re.M), metrics
 
 
+def _endless() -> dict[str, int]:
+    """A logit_bias that keeps the embedded model from ending its answer."""
+    from ffwd.models import load_tokenizer
+    from ffwd.templates.rows import default_eos_ids
+
+    return {str(i): -100 for i in default_eos_ids(load_tokenizer("default"))}
+
+
+def test_backpressure_is_429_with_retry_after(cluster: Server) -> None:
+    endless = _endless()
+
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url=cluster.url, timeout=60) as client:
+            async def ask(k: int, max_tokens: int = 2000) -> httpx.Response:
+                return await client.post("/v1/chat/completions", json={
+                    "model": "default", "max_tokens": max_tokens, "logit_bias": endless,
+                    "messages": [{"role": "user", "content": f"Tell tale {k}."}]})
+
+            async def held() -> int:
+                h = (await client.get("/health")).json()
+                return int(h["on_replicas"] + h["queue_depth"])
+
+            # 1. Two replicas take 2 requests each (--max-ongoing), two more wait at
+            #    the router (--max-queue 2). One at a time: Ray counts a request that
+            #    is being routed as queued, so a burst could be refused early.
+            tasks = []
+            for k in range(6):
+                tasks.append(asyncio.create_task(ask(k)))
+                for _ in range(400):
+                    if await held() == k + 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await held() == k + 1, f"request {k} never reached a replica or the queue"
+            # 2. One more is refused at once, as OpenAI refuses: 429 with Retry-After.
+            r = await ask(6, max_tokens=1)
+            assert r.status_code == 429, r.text
+            assert r.headers["retry-after"] == "1"
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            # 3. The clients leave; their requests stop, on the replicas and in the queue.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(600):
+                if await held() == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert await held() == 0, (await client.get("/health")).json()
+
+    asyncio.run(go())
+
+
 def _replica_pid(cluster: Server, replica: str) -> int:
     """The PID of a model replica, asked of Ray by a separate driver process."""
     found = re.search(r"Ray cluster (\S+) \(started here\)", _wait_for(cluster, "ffwd serving", 1))
@@ -165,10 +218,7 @@ def _replica_pid(cluster: Server, replica: str) -> int:
 
 
 def test_killed_replica_fails_its_requests_cleanly_and_comes_back(cluster: Server) -> None:
-    from ffwd.models import load_tokenizer
-    from ffwd.templates.rows import default_eos_ids
-
-    endless = {str(i): -100 for i in default_eos_ids(load_tokenizer("default"))}
+    endless = _endless()
     long_ask = [{"role": "user", "content": "Write a very long story about a lighthouse."}]
     # 1. A stream that will not end by itself; the same prompt, not streamed, queues
     #    behind it on the same replica (the router follows the prefix).

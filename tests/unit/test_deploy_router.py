@@ -1,4 +1,4 @@
-"""The prefix-affinity routing policy, without Ray: hashing, the table, the ranking."""
+"""The prefix-affinity routing policy (hashing, the table, the ranking) and its Ray router."""
 
 from __future__ import annotations
 
@@ -134,3 +134,43 @@ def test_stats_count_resumes() -> None:
     s.note(4, False, False, 0)
     assert (s.requests, s.resumable, s.resumed, s.matched_blocks) == (3, 2, 1, 9)
     assert s.hit_rate == 0.5 and resumer({"a": Held(0, 0)}) is None
+
+
+class Replica:
+    """What the Ray router reads of a running replica."""
+
+    def __init__(self, name: str) -> None:
+        from ray.serve._private.common import DeploymentID
+        from ray.serve.request_router import ReplicaID
+
+        self.replica_id = ReplicaID(name, DeploymentID("ModelReplica", "ffwd"))
+
+
+def test_ray_router_follows_the_conversation_and_backs_off() -> None:
+    """The Ray side: a conversation's next turn ranks its replica first, and a round
+    that finds no replica with room tells Ray to wait before the next one."""
+    import asyncio
+
+    from ray.serve._private.common import DeploymentHandleSource, DeploymentID, RequestMetadata
+    from ray.serve.request_router import PendingRequest
+
+    from ffwd.deploy.ray_router import PrefixAffinityRouter
+
+    async def go() -> None:
+        r = PrefixAffinityRouter(DeploymentID("ModelReplica", "ffwd"),
+                                 DeploymentHandleSource.REPLICA)
+        r.initialize_state(imbalance=1)
+        reps = [Replica("r1"), Replica("r2")]
+        r.update_replicas(reps)  # type: ignore[arg-type]
+        first, second = turns("Lisbon", 2)
+        for req, home in ((first, reps[1]), (second, None)):
+            pending = PendingRequest([req], {}, RequestMetadata("id", "internal"))
+            ranked = await r.choose_replicas(reps, pending)  # type: ignore[arg-type]
+            assert pending.routing_context.should_backoff
+            assert sorted(len(x) for x in ranked) == [1, 1]
+            if home is None:
+                assert ranked[0] == [reps[1]]
+            else:  # both idle and empty: send the first turn to r2
+                r.on_request_routed(pending, home.replica_id, None)
+
+    asyncio.run(go())
