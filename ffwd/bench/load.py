@@ -12,7 +12,8 @@ tools, `--turns` requests, each resending the whole conversation with the
 model's answer and its tool call's result appended: a tool call is required
 on every turn but the last; results are ~0.8 KB and specific to the
 conversation), one conversation per client at a time, so the conversations
-interleave at the server. It
+interleave at the server; `--think S` waits S seconds between a client's turns
+(the agent running its tool), so replicas can be idle when a turn arrives. It
 reports the prompt-cache hit rate of turns 2 and later (cached / prompt
 tokens), how many of them ran on the previous turn's replica, and the
 router's own counters (`ffwd_route_*`, when the server has them) over the run.
@@ -170,7 +171,7 @@ def next_messages(messages: list[dict[str, Any]], reply: dict[str, Any], city: s
 
 
 def agent_client(client: httpx.Client, url: str, w: int, deadline: float, t: Tally,
-                 turns: int) -> None:
+                 turns: int, think: float = 0.0) -> None:
     conv = 0
     while time.monotonic() < deadline:
         city = CITIES[(w * 7 + conv) % len(CITIES)]
@@ -180,6 +181,8 @@ def agent_client(client: httpx.Client, url: str, w: int, deadline: float, t: Tal
              "next week. What weather and flights should I expect?"}]
         last_replica = None
         for turn in range(turns):
+            if turn and think:
+                time.sleep(think)  # the agent runs the tool the model called
             if time.monotonic() >= deadline:
                 break
             t0 = time.perf_counter()
@@ -231,7 +234,7 @@ def pct(values: Sequence[float], p: float) -> float:
 
 
 def run(url: str, clients: int, seconds: float, workload: str = "mixed",
-        turns: int = 4) -> dict[str, Any]:
+        turns: int = 4, think: float = 0.0) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     t = Tally()
     with httpx.Client(timeout=30) as probe:
@@ -240,7 +243,7 @@ def run(url: str, clients: int, seconds: float, workload: str = "mixed",
     def worker(w: int) -> None:
         with httpx.Client(timeout=300) as client:
             if workload == "agent":
-                agent_client(client, url, w, deadline, t, turns)
+                agent_client(client, url, w, deadline, t, turns, think)
             else:
                 mixed_client(client, url, w, deadline, t)
 
@@ -252,7 +255,7 @@ def run(url: str, clients: int, seconds: float, workload: str = "mixed",
         th.join()
     elapsed = time.perf_counter() - started
     res: dict[str, Any] = {
-        "workload": workload, "clients": clients, "seconds": round(elapsed, 1),
+        "workload": workload, "clients": clients, "seconds": round(elapsed, 1), "think_s": think,
         "requests": sum(t.statuses.values()) + len(t.failures), "statuses": t.statuses,
         "failures": len(t.failures), "failure_samples": t.failures[:5],
         "server_errors": sum(n for s, n in t.statuses.items() if s.startswith("5")),
@@ -289,12 +292,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--workload", choices=("mixed", "agent"), default="mixed")
     ap.add_argument("--turns", type=int, default=4, help="requests per agent conversation")
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="seconds an agent waits between its turns (running its tool)")
     args = ap.parse_args(argv)
     if not args.url.startswith(("http://127.", "http://localhost", "http://[::1]")):
         ap.error("--url must be a loopback address")
-    if args.clients < 1 or args.turns < 1 or args.seconds <= 0:
-        ap.error("--clients and --turns must be >= 1, --seconds > 0")
-    res = run(args.url.rstrip("/"), args.clients, args.seconds, args.workload, args.turns)
+    if args.clients < 1 or args.turns < 1 or args.seconds <= 0 or args.think < 0:
+        ap.error("--clients and --turns must be >= 1, --seconds > 0, --think >= 0")
+    res = run(args.url.rstrip("/"), args.clients, args.seconds, args.workload, args.turns,
+              args.think)
     print(json.dumps(res, indent=2))
     return 1 if res["failures"] or res["server_errors"] else 0
 

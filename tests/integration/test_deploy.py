@@ -25,17 +25,11 @@ import pytest
 from live_server import Server
 from openai import OpenAI
 
+from ffwd.bench.load import TOOLS
+
 pytestmark = pytest.mark.slow
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
-    },
-}
+WEATHER = TOOLS[0]  # the load bench's get_weather
 SYSTEM = {"role": "system", "content": "You are a concise travel assistant."}
 CITIES = ("Lisbon", "Oslo", "Kyoto", "Quito")
 
