@@ -16,7 +16,7 @@ from types import ModuleType
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ffwd.serve.cli", "run the OpenAI-compatible HTTP server"),
     "generate": ("ffwd.engine.cli", "generate from a prompt and print the result"),
-    "replay": ("ffwd.bench.replay", "model-free replay of BFCL calls through the strict tier"),
+    "replay": ("ffwd.bench.replay_cli", "model-free replay of BFCL calls through the strict tier"),
     "bench": ("ffwd.bench.cli", "side-by-side benchmarks and report"),
     "deploy": ("ffwd.deploy.cli", "scale out on Ray Serve: print a Serve config file"),
     "info": ("ffwd.info", "what a model runs as: path, backend, dtype, template, context, "

@@ -155,6 +155,18 @@ def _first_values(args: Mapping[str, Any], required: set[str]) -> dict[str, Any]
             values = [v for v in values if v != ""] or values
         if not values or values[0] == "":
             continue
-        first = values[0]
-        out[key] = _first_values(first, set()) if isinstance(first, dict) else first
+        out[key] = _first_value(values[0])
     return out
+
+
+def _first_value(value: Any) -> Any:
+    """A nested object's arguments hold lists of allowed values too, also inside lists.
+
+    >>> _first_value([{"f": ["age"], "op": [">", ">="]}])
+    [{'f': 'age', 'op': '>'}]
+    """
+    if isinstance(value, dict):
+        return _first_values(value, set())
+    if isinstance(value, list) and any(isinstance(v, dict) for v in value):
+        return [_first_value(v) for v in value]
+    return value

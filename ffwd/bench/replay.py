@@ -7,13 +7,25 @@ assistant ids are pushed through a `FillSession` as if sampled (after
 fires, its ids are compared with the next ground-truth ids: equal ids are
 injected (skipped), a difference is a **mismatch** (a bug in the rows).
 
-``replay(entries, tokenizer, fmt=None, tool_choice="auto") -> ReplayResult``
-is the library form (``replay_turn`` replays any one assistant message);
-``main`` prints one JSON object with ``--json`` (``entries, tokens, injected,
-fraction, mismatches, by_kind``) or a table. The assistant ids run through
-the first EOS; when the prompt's last token merges with the turn (its ids are
-not a prefix of the whole rendering's), the turn is tokenized on its own, as a
-model continuing the prompt would write it.
+``replay(entries, tokenizer, fmt=None, tool_choice="auto", grammar=False)``
+(a `ReplayResult`) is the library form (``replay_turn`` replays any one assistant message);
+`ffwd.bench.replay_cli` is the command line: one JSON object per cell with
+``--json`` (``entries, tokens, injected, fraction, mismatches, by_kind``) or
+a table. The assistant ids run through the first EOS; when the prompt's last
+token merges with the turn (its ids are not a prefix of the whole
+rendering's), the turn is tokenized on its own, as a model continuing the
+prompt would write it.
+
+``--grammar`` adds the request's grammar (`ffwd.grammar`) as the session's
+``grammar`` source: after the strict rows, the ids the grammar forces are
+compared with the ground truth in the same way. The ground truth is then
+replayed with its arguments in schema order (the only order a grammar lets a
+model write), and the output sets the rows-alone figures beside rows plus
+grammar (``rows_alone``), counts the entries whose ground truth the grammar
+refuses (``grammar_rejected``, replayed with rows alone) and the positions
+where rows and grammar both propose but differ (``disagreements``).
+Several ``--bfcl`` categories or ``--format`` names print one line (or JSON
+object) per cell.
 
 ``--compile-tools N`` times compiling the category's first N distinct tools
 instead (wall and CPU milliseconds over 10 runs).
@@ -21,16 +33,15 @@ instead (wall and CPU milliseconds over 10 runs).
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ffwd.fill import FILL_KINDS, FillPlan, FillRow, FillSession, Proposal
+from ffwd.grammar import GrammarConstraint, RequestGrammars
 from ffwd.templates.render import render_chat, resolve_template
-from ffwd.templates.rows import CompiledTools, compile_plan, compile_tools, default_eos_ids
+from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
 TOOL_CHOICES = ("auto", "required")
 
@@ -41,7 +52,12 @@ class ReplayResult:
     tokens: int = 0
     injected: int = 0
     mismatches: int = 0
-    by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FILL_KINDS, 0))
+    by_kind: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys((*FILL_KINDS, "grammar"), 0)
+    )
+    grammar_rejected: int = 0  # entries whose ground truth the grammar refuses
+    both_proposed: int = 0  # positions where rows and grammar both propose
+    disagreements: int = 0  # ... and their ids differ where both have one
     compile_ms: list[float] = field(default_factory=list)
     examples: list[dict[str, Any]] = field(default_factory=list)  # first few mismatches
 
@@ -58,6 +74,9 @@ class ReplayResult:
             "fraction": round(self.fraction, 4),
             "mismatches": self.mismatches,
             "by_kind": dict(self.by_kind),
+            "grammar_rejected": self.grammar_rejected,
+            "both_proposed": self.both_proposed,
+            "disagreements": self.disagreements,
             "compile_ms_median": round(ms[len(ms) // 2], 2) if ms else 0.0,
             "mismatch_examples": self.examples,
         }
@@ -106,20 +125,44 @@ def replay_one(
     prompt_ids: Sequence[int],
     truth: Sequence[int],
     result: ReplayResult,
+    grammar: GrammarConstraint | None = None,
 ) -> None:
-    """Push `truth` through a session; count what the rows inject and every mismatch."""
-    session = FillSession(plan, prompt_ids, strict_context=context)
+    """Push `truth` through a session; count what the rows (and the grammar)
+    inject and every mismatch."""
+    if grammar is not None and grammar.admit(truth) != len(truth):
+        result.grammar_rejected += 1
+        grammar = None
+    session = FillSession(plan, prompt_ids, strict_context=context, grammar=grammar)
     proposal: Proposal | None = session.start()
     i = 0
     while True:
+        if grammar is not None:
+            _compare(session, grammar, result)
         if proposal is not None:
-            kind = kind_of(plan, context, [*prompt_ids, *truth[:i]], proposal.ids)
+            kind = (
+                "grammar" if proposal.origin == "grammar"
+                else kind_of(plan, context, [*prompt_ids, *truth[:i]], proposal.ids)
+            )
             i += _settle(session, proposal, truth, i, kind, result)
         if i >= len(truth):
             break
         proposal = session.push(truth[i])
         i += 1
     result.tokens += len(truth)
+
+
+def _compare(session: FillSession, grammar: GrammarConstraint, result: ReplayResult) -> None:
+    """Where rows and grammar both propose here, their ids must agree (as far as both go)."""
+    rows = session.sources[0].propose(session)
+    forced = grammar.propose(session)
+    if rows is None or forced is None:
+        return
+    result.both_proposed += 1
+    n = min(len(rows.ids), len(forced.ids))
+    if rows.ids[:n] != forced.ids[:n]:
+        result.disagreements += 1
+        if len(result.examples) < 5:
+            result.examples.append({"rows": list(rows.ids), "grammar": list(forced.ids)})
 
 
 def _settle(
@@ -154,6 +197,7 @@ def replay_turn(
     tools: Sequence[Mapping[str, Any]],
     answer: Mapping[str, Any],
     result: ReplayResult,
+    grammar: GrammarConstraint | None = None,
 ) -> None:
     """Replay one assistant message `answer` after `messages` (any calls, any content)."""
     prompt = render_chat(template, messages, tools, tokenizer=tokenizer)
@@ -162,137 +206,54 @@ def replay_turn(
     )
     truth = assistant_ids(tokenizer, prompt, full, compiled.plan.eos)
     prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
-    replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result)
+    replay_one(compiled.plan, compiled.new_context(), prompt_ids, truth, result, grammar)
     result.entries += 1
 
 
 def replay(
-    entries: Iterable[Any], tokenizer: Any, fmt: str | None = None, tool_choice: str = "auto"
+    entries: Iterable[Any],
+    tokenizer: Any,
+    fmt: str | None = None,
+    tool_choice: str = "auto",
+    grammar: bool = False,
+    schema_order: bool = False,
 ) -> ReplayResult:
-    """Replay each entry's first ground-truth call (see the module docstring)."""
+    """Replay each entry's first ground-truth call (see the module docstring);
+    `schema_order` puts its arguments in the order the tool's schema lists them."""
     template, fmt_name = resolve_template(tokenizer, fmt)
     eos = default_eos_ids(tokenizer)
+    grammars = (
+        RequestGrammars(tokenizer, template, fmt_name, len(tokenizer), eos) if grammar else None
+    )
     result = ReplayResult()
     for entry in entries:
         t0 = time.perf_counter()
         compiled = compile_tools(tokenizer, template, entry.tools, tool_choice, eos, fmt_name)
         result.compile_ms.append((time.perf_counter() - t0) * 1000)
-        call = {
-            "type": "function",
-            "function": {"name": entry.call.name, "arguments": entry.call.arguments},
-        }
+        args = entry.call.arguments
+        if schema_order or grammar:
+            args = in_schema_order(args, entry.tools, entry.call.name)
+        call = {"type": "function", "function": {"name": entry.call.name, "arguments": args}}
         answer = {"role": "assistant", "content": None, "tool_calls": [call]}
-        replay_turn(compiled, template, tokenizer, entry.messages, entry.tools, answer, result)
+        constraint = grammars.for_request(entry.tools, tool_choice) if grammars else None
+        replay_turn(
+            compiled, template, tokenizer, entry.messages, entry.tools, answer, result, constraint
+        )
     return result
 
 
-# --- command line ---------------------------------------------------------------
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ffwd.bench.bfcl import CATEGORIES
-    from ffwd.templates.formats import FORMATS
-
-    parser.add_argument(
-        "--bfcl",
-        required=True,
-        choices=CATEGORIES,
-        metavar="CATEGORY",
-        help=f"BFCL category ({', '.join(CATEGORIES)})",
-    )
-    parser.add_argument("--limit", type=int, default=None, help="first N entries only")
-    parser.add_argument(
-        "--format",
-        choices=list(FORMATS),
-        default=None,
-        help="tool-call format (default: the model's own, else hermes)",
-    )
-    parser.add_argument(
-        "--tokenizer",
-        default="default",
-        help="default (embedded SmolLM2), gemma3, a HF tokenizer dir or a .gguf",
-    )
-    parser.add_argument("--tool-choice", choices=TOOL_CHOICES, default="auto")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument(
-        "--compile-tools",
-        type=int,
-        metavar="N",
-        help="time compiling the category's first N distinct tools instead of replaying",
-    )
-
-
-def main(args: argparse.Namespace) -> int:
-    from ffwd.bench.bfcl import load_entries
-    from ffwd.models import load_tokenizer
-
-    tokenizer = load_tokenizer(args.tokenizer)
-    entries = load_entries(args.bfcl, args.limit)
-    _, fmt = resolve_template(tokenizer, args.format)
-    head = {
-        "category": args.bfcl,
-        "format": fmt,
-        "tokenizer": args.tokenizer,
-        "tool_choice": args.tool_choice,
-    }
-    if args.compile_tools:
-        out = {
-            **head,
-            **compile_time(entries, tokenizer, fmt, args.tool_choice, args.compile_tools),
-        }
-        print(json.dumps(out) if args.json else "\n".join(f"{k:<18} {v}" for k, v in out.items()))
-        return 0
-    out = {**head, **replay(entries, tokenizer, fmt, args.tool_choice).as_dict()}
-    print(json.dumps(out) if args.json else _table(out))
-    return 0
-
-
-def compile_time(
-    entries: Sequence[Any], tokenizer: Any, fmt: str, tool_choice: str, n: int, repeat: int = 10
+def in_schema_order(
+    args: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], name: str
 ) -> dict[str, Any]:
-    """Wall and CPU milliseconds to compile the entries' first `n` distinct tools."""
-    tools: dict[str, Any] = {}
-    for entry in entries:
-        for tool in entry.tools:
-            tools.setdefault(tool["function"]["name"], tool)
-    chosen = list(tools.values())[:n]
-    if len(chosen) < n:
-        raise ValueError(f"--compile-tools {n}: these entries have only {len(chosen)} tools")
-    template, _ = resolve_template(tokenizer, fmt)
-    eos = default_eos_ids(tokenizer)
-    wall, cpu, rows = [], [], 0
-    for _ in range(repeat):
-        t0, c0 = time.perf_counter(), time.process_time()
-        rows = len(compile_plan(tokenizer, template, chosen, tool_choice, eos, fmt).rows)
-        wall.append((time.perf_counter() - t0) * 1000)
-        cpu.append((time.process_time() - c0) * 1000)
-    wall.sort()
-    return {
-        "tools": n,
-        "rows": rows,
-        "repeat": repeat,
-        "wall_ms_min": round(wall[0], 1),
-        "wall_ms_median": round(wall[repeat // 2], 1),
-        "cpu_ms_min": round(min(cpu), 1),
-    }
+    """`args` with the keys the tool's schema lists first, in its order, then the rest.
 
-
-def _table(out: dict[str, Any]) -> str:
-    lines = [
-        f"{k:<12} {out[k]}"
-        for k in (
-            "category",
-            "format",
-            "tokenizer",
-            "tool_choice",
-            "entries",
-            "tokens",
-            "injected",
-            "fraction",
-            "mismatches",
-            "compile_ms_median",
-        )
-    ]
-    lines.append("injected by kind:")
-    lines += [f"  {kind:<10} {n}" for kind, n in out["by_kind"].items()]
-    return "\n".join(lines)
+    >>> tools = [{"function": {"name": "f", "parameters": {"properties": {"a": {}, "b": {}}}}}]
+    >>> in_schema_order({"b": 1, "z": 2, "a": 3}, tools, "f")
+    {'a': 3, 'b': 1, 'z': 2}
+    """
+    fn: Mapping[str, Any] = next(
+        (t["function"] for t in tools if t["function"]["name"] == name), {}
+    )
+    props = list((fn.get("parameters") or {}).get("properties") or {})
+    ordered = {k: args[k] for k in props if k in args}
+    return {**ordered, **{k: v for k, v in args.items() if k not in ordered}}

@@ -17,13 +17,14 @@ prefill_chunk=512)`:
 `sampling`:
     ``SamplingParams(temperature, top_k, top_p, min_p, repetition_penalty,
     presence_penalty, frequency_penalty, logit_bias, seed)``, the processors
-    ``apply_*``, ``Sampler`` / ``make_sampler(params, prompt_ids)``, and
+    ``apply_*``, ``Sampler`` / ``make_sampler(params, prompt_ids, constraint=None)``
+    (``TokenConstraint``: a per-request mask such as a grammar), and
     ``verify_span(logits, proposed, sampler, generated=()) -> SpanVerdict``.
 
 `generate`:
     ``stream_generate(backend, tokenizer, prompt_ids, params=None, *,
     max_tokens=256, stop=(), plan=None, fill=None, strict_context=None,
-    cancelled=None, policy=None)`` yields ``StreamChunk(text, token_id, origin,
+    constraint=None, cancelled=None, policy=None)`` yields ``StreamChunk(text, token_id, origin,
     finish_reason, result)``; ``generate(...) -> GenerationResult`` with the
     same arguments.
 

@@ -8,6 +8,12 @@
 
 `open_session` builds the request's `FillSession` from its plan and fill
 settings (None for plain decoding).
+
+A grammar reaches the loop as one `TokenConstraint` held by the sampler: every
+draw (plain steps and each verified position alike) masks the logits for the
+output so far, so the constraint follows the output, rejected spans rolled
+back included. `stream_generate` also hands it to the `FillSession`, which
+asks it for the ids the grammar forces.
 """
 
 from __future__ import annotations
@@ -25,9 +31,9 @@ from typing import Any, Literal
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
 from ffwd.engine.loop import SpanPolicy, TokenLogprob, TokenOrigin, generate_step, token_logprob
-from ffwd.engine.sampling import SamplingParams, make_sampler
+from ffwd.engine.sampling import SamplingParams, TokenConstraint, make_sampler
 from ffwd.engine.text import Detokenizer, StopMatcher
-from ffwd.fill import FillPlan, FillSession, FillStats, TraceWriter
+from ffwd.fill import ConstrainingSource, FillPlan, FillSession, FillStats, TraceWriter
 from ffwd.fill.session import StrictFillContext
 
 FinishReason = Literal["stop", "length", "cancelled"]
@@ -89,12 +95,13 @@ def open_session(
     *,
     decode: Callable[[Sequence[int]], str] | None = None,
     strict_context: StrictFillContext | None = None,
+    grammar: ConstrainingSource | None = None,
 ) -> FillSession | None:
     """The request's `FillSession`, or None for plain decoding.
 
     ``strict`` drops the plan's echo settings; ``echo`` uses the plan's own or
     the config's. The backend's EOS ids are added to the plan's so no span ever
-    carries one.
+    carries one. A `grammar` proposes the ids it forces, after the strict rows.
     """
     if plan is None or fill.fill == "off":
         return None
@@ -103,7 +110,7 @@ def open_session(
     return FillSession(
         plan, prompt_ids,
         max_span=fill.max_span, append_chunk_size=fill.append_chunk_size,
-        decode=decode, strict_context=strict_context,
+        decode=decode, strict_context=strict_context, grammar=grammar,
     )
 
 
@@ -118,6 +125,7 @@ def stream_generate(
     plan: FillPlan | None = None,
     fill: FillConfig | None = None,
     strict_context: StrictFillContext | None = None,
+    constraint: TokenConstraint | None = None,
     cancelled: Callable[[], bool] | None = None,
     policy: SpanPolicy | None = None,
     logprobs: int | None = None,
@@ -125,7 +133,9 @@ def stream_generate(
     """Prefill `prompt_ids` and stream the generation as text chunks.
 
     `plan=None` or ``fill.fill == "off"`` decodes plainly; `policy` sizes verify
-    spans (default: the backend's cost curve). Tracing follows `fill.trace`
+    spans (default: the backend's cost curve). `constraint` (a grammar) masks
+    every draw; with fill on, a constraint that is also a `ConstrainingSource`
+    has its forced ids fast-forwarded. Tracing follows `fill.trace`
     (records to `fill.trace_path`; cache checks whenever on). `logprobs` (see
     `generate_step`) puts a `TokenLogprob` on every id's chunk.
     """
@@ -136,13 +146,14 @@ def stream_generate(
     calls0 = backend.forward_calls
     cached = backend.prefill(list(prompt_ids))
     t_prefill = time.perf_counter() - t0
+    grammar = constraint if isinstance(constraint, ConstrainingSource) else None
     session = open_session(
         plan, prompt_ids, fill, backend.eos_ids,
-        decode=tokenizer.decode, strict_context=strict_context,
+        decode=tokenizer.decode, strict_context=strict_context, grammar=grammar,
     )
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
     steps = generate_step(
-        backend, make_sampler(params, prompt_ids), max_tokens=max_tokens, session=session,
+        backend, make_sampler(params, prompt_ids, constraint), max_tokens=max_tokens, session=session,
         policy=policy, trace=trace, check_cache=fill.trace_checks, logprobs=logprobs,
     )
     detok, stops = Detokenizer(tokenizer), StopMatcher(stop)

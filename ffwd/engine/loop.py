@@ -35,7 +35,7 @@ from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
 from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
 from ffwd.fill.spans import SpanChoice, choose_span, chunk_sizes
 
-TokenOrigin = Literal["sampled", "template", "schema", "echo", "ngram", "mtp"]
+TokenOrigin = Literal["sampled", "template", "schema", "grammar", "echo", "ngram", "mtp"]
 SpanPolicy = Callable[[Proposal, FillSession], SpanChoice]
 
 
@@ -144,7 +144,8 @@ def generate_step(
     `session` (optional) proposes spans after each sampled id; `policy` sizes
     verify spans (default: `default_policy`); `trace` gets one record per
     proposal; `check_cache` asserts at every step that the cache holds the
-    prompt plus exactly the emitted ids. With `logprobs` (the number of
+    prompt plus exactly the emitted ids, and that the sampler's constraint (a
+    grammar) stands after exactly those ids. With `logprobs` (the number of
     alternatives, 0 for none) every event carries a `TokenLogprob`, injected
     ids included, read from the rows of the forward that checked them.
     """
@@ -161,11 +162,8 @@ def generate_step(
     else:
         token = run.pick(backend.last_logits)
     while token is not None:
-        if check_cache and backend.cache_len != prompt_len + len(run.out):
-            raise AssertionError(
-                f"cache holds {backend.cache_len} ids, expected prompt {prompt_len} + "
-                f"emitted {len(run.out)}"
-            )
+        if check_cache:
+            _check_invariants(run, prompt_len)
         # 1. emit the sampled id; an EOS id ends here.
         run.out.append(token)
         yield TokenEvent(token, "sampled", run.logprob(run.row, token))
@@ -187,6 +185,20 @@ def generate_step(
         # 5. likely ids: forward what pays, keep what the model agrees with, rewind the rest.
         else:
             token = yield from _verify_step(run, token, proposal)
+
+
+def _check_invariants(run: _Run, prompt_len: int) -> None:
+    """The cache, and the constraint when there is one, stand after the emitted ids."""
+    b, emitted = run.backend, len(run.out)
+    if b.cache_len != prompt_len + emitted:
+        raise AssertionError(
+            f"cache holds {b.cache_len} ids, expected prompt {prompt_len} + emitted {emitted}"
+        )
+    constraint = run.sampler.constraint
+    if constraint is not None and constraint.position != emitted:
+        raise AssertionError(
+            f"the grammar stands after {constraint.position} ids, expected {emitted}"
+        )
 
 
 def _forward(run: _Run, ids: list[int], *, rows: bool) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """Sampling: plain logits processors, a seeded sampler, and lossless span verification.
 
 Processors are functions ``(logits, ...) -> logits`` on one float32 row; the
-`Sampler` applies them in a fixed order (logit bias, penalties, temperature,
-top-k, top-p, min-p) and draws from its own seeded `torch.Generator`, so
-requests never share random state.
+`Sampler` applies them in a fixed order (the request's `TokenConstraint` mask,
+logit bias, penalties, temperature, top-k, top-p, min-p) and draws from its
+own seeded `torch.Generator`, so requests never share random state. The mask
+comes first, so truncation (top-k, top-p) chooses among allowed ids only.
 
 `verify_span` decides how much of a proposed span the model keeps:
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -133,6 +135,21 @@ def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
 # --- sampler --------------------------------------------------------------
 
 
+class TokenConstraint(Protocol):
+    """Which ids may follow an output (a grammar); one per request."""
+
+    @property
+    def position(self) -> int:
+        """Output ids the constraint has consumed (checked against the cache)."""
+        ...
+
+    def mask(self, logits: torch.Tensor, generated: Sequence[int]) -> torch.Tensor:
+        """`logits` (one float32 row) with -inf on every id that may not follow
+        the output `generated`; the constraint follows `generated` wherever it
+        goes, back after a rejected span included."""
+        ...
+
+
 class Sampler:
     """`SamplingParams` turned into processing plus a seeded generator.
 
@@ -141,8 +158,14 @@ class Sampler:
     for the repetition penalty too.
     """
 
-    def __init__(self, params: SamplingParams, prompt_ids: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        prompt_ids: Sequence[int] = (),
+        constraint: TokenConstraint | None = None,
+    ) -> None:
         self.params = params
+        self.constraint = constraint
         self.generator = torch.Generator()
         if params.seed is not None:
             self.generator.manual_seed(params.seed)
@@ -151,7 +174,7 @@ class Sampler:
         self._prompt = torch.tensor(list(prompt_ids), dtype=torch.long)
         p = params
         self._penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
-        self._plain = not (self._penalised or p.logit_bias)
+        self._plain = not (self._penalised or p.logit_bias or constraint is not None)
 
     @property
     def greedy(self) -> bool:
@@ -159,13 +182,15 @@ class Sampler:
 
     @property
     def plain_greedy(self) -> bool:
-        """Greedy on the raw logits: no bias, no penalties (argmax needs no processing)."""
+        """Greedy on the raw logits: no mask, bias or penalties (argmax needs no processing)."""
         return self.params.greedy and self._plain
 
     def process(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> torch.Tensor:
-        """Bias, penalties, temperature and truncation applied to one logits row."""
+        """Mask, bias, penalties, temperature and truncation applied to one logits row."""
         p = self.params
         out = logits.float().cpu()
+        if self.constraint is not None:
+            out = self.constraint.mask(out, generated)
         out = apply_logit_bias(out, p.logit_bias)
         if self._penalised:
             gen = torch.tensor(list(generated), dtype=torch.long)
@@ -206,8 +231,12 @@ class Sampler:
     __call__ = sample
 
 
-def make_sampler(params: SamplingParams | None = None, prompt_ids: Sequence[int] = ()) -> Sampler:
-    return Sampler(params or SamplingParams(), prompt_ids)
+def make_sampler(
+    params: SamplingParams | None = None,
+    prompt_ids: Sequence[int] = (),
+    constraint: TokenConstraint | None = None,
+) -> Sampler:
+    return Sampler(params or SamplingParams(), prompt_ids, constraint)
 
 
 # --- verification -----------------------------------------------------------

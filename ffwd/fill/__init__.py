@@ -4,6 +4,7 @@ from ffwd.fill.echo import EchoConfig, EchoSource
 from ffwd.fill.proposal import (
     ORIGINS,
     POLICIES,
+    ConstrainingSource,
     ObservingSource,
     Proposal,
     ProposalOrigin,
@@ -29,6 +30,7 @@ __all__ = [
     "FILL_KINDS",
     "ORIGINS",
     "POLICIES",
+    "ConstrainingSource",
     "EchoConfig",
     "EchoSource",
     "FillKind",

@@ -8,6 +8,9 @@ A `Proposal` is a run of token ids plus a policy:
   them, reads the model's own choice at every position from the same forward,
   keeps the agreed prefix and rewinds the rest.
 
+Origins: ``schema`` and ``template`` (strict rows), ``grammar`` (ids a grammar
+forces), ``echo``, ``ngram``, ``mtp``.
+
 Sources see the sequence through a `TokenView`. A source that keeps its own
 state may also define ``observe(ids)`` (optional, see `ObservingSource`): the
 session calls it with every id that enters the sequence, sampled or injected,
@@ -21,10 +24,10 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 ProposalPolicy = Literal["assert", "verify"]
-ProposalOrigin = Literal["schema", "template", "echo", "ngram", "mtp"]
+ProposalOrigin = Literal["schema", "template", "grammar", "echo", "ngram", "mtp"]
 
 POLICIES: tuple[ProposalPolicy, ...] = ("assert", "verify")
-ORIGINS: tuple[ProposalOrigin, ...] = ("schema", "template", "echo", "ngram", "mtp")
+ORIGINS: tuple[ProposalOrigin, ...] = ("schema", "template", "grammar", "echo", "ngram", "mtp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,4 +91,14 @@ class ObservingSource(ProposalSource, Protocol):
 
     def observe(self, ids: Sequence[int]) -> None:
         """Every id that entered the sequence, in order."""
+        ...
+
+
+@runtime_checkable
+class ConstrainingSource(ObservingSource, Protocol):
+    """A source that also bounds what may follow (a grammar): the session asks
+    it right after the strict rows and cuts every proposal to what it admits."""
+
+    def admit(self, ids: Sequence[int]) -> int:
+        """How many leading ids of `ids` may follow the sequence now."""
         ...

@@ -3,14 +3,15 @@
 Contract
 --------
 * `FillSession.push(token_id, budget)` records one *sampled* id and asks the
-  sources, in priority order (strict rows, echo, caller sources), what follows.
-  The first proposal that survives the clamp is returned.
+  sources, in priority order (strict rows, the grammar, echo, caller sources),
+  what follows. The first proposal that survives the clamp is returned.
 * The caller then calls `commit(proposal, accepted)` exactly once with the
   number of ids it actually emitted: all of them for an assert, the agreed
   prefix for a verify, 0 when it declined. Nothing enters the history before
   that commit, so a partial accept needs no rollback here.
 * Clamp order: EOS (cut before the first) -> delimiter (echo only; end at the
-  first one, inclusive) -> min(max_span, budget) -> reject spans shorter than 2.
+  first one, inclusive) -> what the grammar admits (when there is one) ->
+  min(max_span, budget) -> reject spans shorter than 2.
   An echo proposal that the clamp shortened anywhere but at a delimiter is held
   under ``verify``.
 
@@ -26,6 +27,7 @@ from typing import Literal, Protocol
 
 from ffwd.fill.echo import EchoConfig, EchoSource
 from ffwd.fill.proposal import (
+    ConstrainingSource,
     ObservingSource,
     Proposal,
     ProposalOrigin,
@@ -85,6 +87,7 @@ class FillStats:
     events: int = 0  # fills that put at least one id into the stream
     injected: int = 0  # ids injected in all (billed as generated)
     strict: int = 0  # ... from template and schema rows
+    grammar: int = 0  # ... forced by the request's grammar
     echo: int = 0  # ... from the echo index
     span_lens: list[int] = field(default_factory=list)  # committed span lengths
     wasted_samples: int = 0  # in-flight samples dropped to take an assert fill
@@ -173,8 +176,10 @@ class FillSession:
         sources: Sequence[ProposalSource] = (),
         decode: Callable[[Sequence[int]], str] | None = None,
         strict_context: StrictFillContext | None = None,
+        grammar: ConstrainingSource | None = None,
     ) -> None:
         self.plan = plan
+        self.grammar = grammar
         self.stats = FillStats()
         self.decode = decode
         self.max_span = DEFAULT_MAX_SPAN if max_span is None else int(max_span)
@@ -189,6 +194,10 @@ class FillSession:
         self._delimiters = plan.delimiters
         self._strict = StrictRowSource(plan.rows, strict_context)
         srcs: list[ProposalSource] = [self._strict]
+        self._first: tuple[ProposalSource, ...] = (self._strict,)
+        if grammar is not None:
+            srcs.append(grammar)
+            self._first = (self._strict, grammar)
         if plan.echo is not None:
             echo_cfg = EchoConfig(
                 k=plan.echo.k,
@@ -236,16 +245,16 @@ class FillSession:
 
         A forced tool call (``tool_choice`` required or a named function) makes
         the generation prompt's tail a trigger, so its opening markup is
-        injected before the model samples anything. Only strict rows are asked:
-        nothing has been generated yet for a copy to be checked against. The
-        commit contract is the same as for `push`.
+        injected before the model samples anything. Only strict rows and the
+        grammar are asked: nothing has been generated yet for a copy to be
+        checked against. The commit contract is the same as for `push`.
         """
         if self.stats.decode_steps or self.stats.events:
             raise RuntimeError("FillSession.start after the generation began")
         if self._pending is not None:
             raise RuntimeError("FillSession.start before commit of the previous proposal")
         self._budget = budget
-        return self._propose((self._strict,), budget)
+        return self._propose(self._first, budget)
 
     def push(self, token_id: int, budget: float = math.inf) -> Proposal | None:
         """Record one sampled id; return what follows it, clamped, or None."""
@@ -302,6 +311,8 @@ class FillSession:
         st.injected += n
         if proposal.origin in ("schema", "template"):
             st.strict += n
+        elif proposal.origin == "grammar":
+            st.grammar += n
         elif proposal.origin == "echo":
             st.echo += n
         st.span_lens.append(n)
@@ -368,6 +379,8 @@ class FillSession:
                 if tok in self._delimiters:
                     out = out[: i + 1]
                     break
+        if self.grammar is not None and out:
+            out = out[: self.grammar.admit(out)]
         cap = self.max_span
         if budget < cap:
             cap = max(0, math.floor(budget))

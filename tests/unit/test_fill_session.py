@@ -374,7 +374,7 @@ def test_branch_stops_are_counted() -> None:
 def test_stats_as_dict_has_every_field() -> None:
     keys = set(session().stats.as_dict())
     assert keys == {
-        "events", "injected", "strict", "echo", "span_lens", "wasted_samples",
+        "events", "injected", "strict", "grammar", "echo", "span_lens", "wasted_samples",
         "parse_fallback", "index_truncated", "decode_steps", "verify_events",
         "verify_accepted", "verify_rejected", "verify_unsupported", "checkpoint_ms",
         "branch_stops", "declined",
@@ -455,3 +455,47 @@ def test_commit_tested_limits_what_counts_as_rejected() -> None:
     assert (s.stats.verify_accepted, s.stats.verify_rejected) == (1, 1)
     rates = s.acceptance("echo")
     assert rates[0] > rates[1] or rates[1] < 0.8  # position 1 learned a rejection
+
+
+class FakeGrammar:
+    """A constraining source: forces (20, 21) after 3, admits nothing past id 50."""
+
+    name = "grammar"
+    window_needed = 1
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        return Proposal((20, 21), "assert", "grammar") if view.tail(1) == [3] else None
+
+    def observe(self, ids: Sequence[int]) -> None:
+        self.seen.extend(ids)
+
+    def admit(self, ids: Sequence[int]) -> int:
+        return next((i for i, t in enumerate(ids) if t == 50), len(ids))
+
+
+def test_the_grammar_comes_after_strict_rows_and_before_echo() -> None:
+    g = FakeGrammar()
+    s = session(row([3], [7, 8]), sources=[ListSource([9, 9])], grammar=g)
+    p = s.push(3)
+    assert p is not None and p.origin == "template"  # strict rows first
+    s.commit(p, 0)
+    s2 = session(sources=[ListSource([9, 9])], grammar=g)
+    p2 = s2.push(3)
+    assert p2 is not None and (p2.ids, p2.origin, p2.policy) == ((20, 21), "grammar", "assert")
+    s2.commit(p2, 2)
+    assert s2.stats.grammar == 2 and s2.stats.strict == 0 and s2.stats.injected == 2
+    assert g.seen[-3:] == [3, 20, 21]
+
+
+def test_the_grammar_bounds_every_proposal_and_answers_start() -> None:
+    s = session(row([1], [4, 5, 50, 6]), grammar=FakeGrammar())
+    p = s.push(1)
+    assert p is not None and p.ids == (4, 5) and s.stats.index_truncated == 1
+    s.commit(p, 2)
+    cut = session(sources=[ListSource([7, 50, 8])], grammar=FakeGrammar())
+    assert cut.push(2) is None  # one admitted id is too short to propose
+    start = session(grammar=FakeGrammar(), prompt=(0, 3)).start()
+    assert start is not None and start.origin == "grammar"

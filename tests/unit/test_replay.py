@@ -90,3 +90,18 @@ def test_a_required_argument_skips_the_empty_allowed_value() -> None:
     # {"fuel_efficiency": ["", 25.0]}, and the schema requires fuel_efficiency.
     entry = load_entries("simple_python", limit=201)[200]
     assert entry.call.arguments["fuel_efficiency"] == 25.0
+
+
+def test_replay_with_the_grammar_injects_more_with_no_mismatch(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["replay", "--bfcl", "multiple", "--limit", "8", "--format", "hermes", "qwen_xml",
+            "--tool-choice", "required", "--grammar", "--json"]
+    assert main(argv) == 0
+    cells = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [c["format"] for c in cells] == ["hermes", "qwen_xml"]
+    for cell in cells:
+        assert cell["mismatches"] == cell["rows_alone"]["mismatches"] == 0
+        assert cell["grammar_rejected"] == cell["disagreements"] == 0
+        assert cell["both_proposed"] > 0 and cell["by_kind"]["grammar"] > 0
+        assert cell["fraction"] > cell["rows_alone"]["fraction"]

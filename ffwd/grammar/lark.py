@@ -1,0 +1,116 @@
+"""Writing llguidance's Lark dialect: literals, markup with special tokens, JSON.
+
+Pure text helpers, tested directly:
+
+* `literal(text)` is a Lark string literal;
+* `Markup(specials).rule(text)` writes template markup, turning the tokenizer's
+  special tokens (``<tool_call>`` in Qwen's vocabulary) into token references
+  ``<[id]>``: a special token never matches text, so a literal would make the
+  model spell it out byte by byte;
+* `json_rule(schema)` embeds a JSON Schema with the separators chat templates
+  write (``", "`` and ``": "``, no other whitespace), so that every
+  determined byte is forced;
+* `strict_schema(schema)` closes every object (``additionalProperties:
+  false`` where the schema does not say), as OpenAI's ``"strict": true`` asks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+JSON_OPTIONS = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
+
+
+def literal(text: str) -> str:
+    """A Lark string literal for `text`.
+
+    >>> print(literal('say "hi"\\n'))
+    "say \\"hi\\"\\n"
+    """
+    return json.dumps(text, ensure_ascii=False)
+
+
+def regex_class_char(c: str) -> str:
+    """`c` escaped for a character class of a Lark regex.
+
+    >>> regex_class_char("{"), regex_class_char("a")
+    ('\\\\{', 'a')
+    """
+    return re.escape(c)
+
+
+class Markup:
+    """Template markup as a Lark sequence, special tokens as token references.
+
+    >>> Markup({"<tc>": 7}).rule("<tc>\\n{")
+    '<[7]> "\\\\n{"'
+    >>> Markup({}).rule("")
+    ''
+    """
+
+    def __init__(self, specials: Mapping[str, int]) -> None:
+        self.specials = dict(specials)
+        names = sorted(self.specials, key=len, reverse=True)
+        self._split = re.compile("(" + "|".join(map(re.escape, names)) + ")") if names else None
+
+    def rule(self, text: str) -> str:
+        """`text` as a sequence of literals and ``<[id]>`` references ("" when empty)."""
+        parts = self._split.split(text) if self._split else [text]
+        out = []
+        for part in parts:
+            if part in self.specials:
+                out.append(f"<[{self.specials[part]}]>")
+            elif part:
+                out.append(literal(part))
+        return " ".join(out)
+
+    def special(self, text: str) -> int | None:
+        """The id of `text` when it is exactly one special token."""
+        return self.specials.get(text)
+
+
+def json_rule(schema: Mapping[str, Any]) -> str:
+    """``%json {...}``: `schema` with the template's separators and no free whitespace.
+
+    >>> json_rule({"type": "integer"})
+    '%json {"type": "integer", "x-guidance": {"item_separator": ", ", "key_separator": ": ", \
+"whitespace_flexible": false}}'
+    """
+    body = {k: v for k, v in schema.items() if k != "x-guidance"}
+    body["x-guidance"] = JSON_OPTIONS
+    return "%json " + json.dumps(body, ensure_ascii=False)
+
+
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
+
+
+def strict_schema(schema: Any) -> Any:
+    """A copy of `schema` in which every object schema that does not say
+    otherwise forbids properties it does not list.
+
+    >>> strict_schema({"type": "object", "properties": {"a": {"type": "object"}}})
+    {'type': 'object', 'properties': {'a': {'type': 'object', 'additionalProperties': False}}, \
+'additionalProperties': False}
+    """
+    if not isinstance(schema, Mapping):
+        return schema
+    out: dict[str, Any] = dict(schema)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [strict_schema(s) for s in out[key]]
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = {k: strict_schema(s) for k, s in out[key].items()}
+    for key in _SUBSCHEMAS:
+        if isinstance(out.get(key), Mapping):
+            out[key] = strict_schema(out[key])
+    kind = out.get("type")
+    is_object = kind == "object" or (isinstance(kind, list) and "object" in kind)
+    if (is_object or "properties" in out) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out

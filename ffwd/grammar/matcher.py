@@ -1,0 +1,179 @@
+"""llguidance behind ffwd's two hooks: a token mask and a ``grammar`` source.
+
+``grammar_tokenizer(tokenizer, vocab_size, eos_ids)``
+    llguidance's view of a fast HF tokenizer (about 0.3 s: build once per
+    model). The mask is `vocab_size` wide, so it fits the backend's logits;
+    `eos_ids` are what the grammar allows once it is complete.
+``compile_grammar(lark, lltok, where) -> Grammar``
+    Validates the Lark text; a grammar llguidance rejects raises
+    `GrammarError` whose message starts with `where` and carries
+    llguidance's reason.
+``Grammar.new_constraint() -> GrammarConstraint``
+    One request's matcher, exposed twice over the same state:
+
+    * `TokenConstraint` for the sampler: ``mask(logits, generated)`` puts
+      -inf on every id the grammar forbids after the output `generated`;
+    * a `ProposalSource` (name ``grammar``, origin ``grammar``, policy
+      ``assert``) for `FillSession`: ``propose`` returns the tokens the
+      grammar forces (``compute_ff_tokens``), ``observe`` follows the
+      committed output, ``admit(ids)`` says how much of any proposal the
+      grammar accepts.
+
+The matcher follows whichever output it is asked about: it rolls back to the
+longest common prefix with that output and consumes the rest (`sync`). A
+verified span that the model rejected is thereby rolled back with the cache;
+`position` is what the decode loop checks under ``FFWD_FILL_TRACE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import llguidance
+import llguidance.hf
+import numpy as np
+import torch
+
+from ffwd.fill import Proposal, TokenView
+
+ERROR_CHARS = 400  # llguidance's reasons can quote the whole grammar
+
+
+class GrammarError(ValueError):
+    """A grammar llguidance cannot compile, or a request part it cannot be built
+    from; the message says where and why, `param` names the request field."""
+
+    def __init__(self, message: str, param: str = "tools") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def grammar_tokenizer(tokenizer: Any, vocab_size: int, eos_ids: Iterable[int]) -> Any:
+    """llguidance's tokenizer for a fast HF tokenizer, `vocab_size` ids wide."""
+    eos = sorted({int(i) for i in eos_ids})
+    return llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab_size, eos_token=eos or None)
+
+
+def special_tokens(tokenizer: Any, lltok: Any) -> dict[str, int]:
+    """The added tokens llguidance treats as special (they never match text)."""
+    added: Mapping[int, Any] = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    out = {}
+    for i, tok in added.items():
+        text = str(getattr(tok, "content", tok))
+        if i < lltok.vocab_size and lltok.is_special_token(i):
+            out[text] = int(i)
+    return out
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A validated grammar; `new_constraint` gives each request its own matcher."""
+
+    lark: str
+    serialized: str
+    tokenizer: Any
+
+    def new_constraint(self) -> GrammarConstraint:
+        matcher = llguidance.LLMatcher(self.tokenizer, self.serialized, log_level=0)
+        if matcher.is_error():
+            raise GrammarError(f"grammar: {_reason(matcher.get_error())}")
+        return GrammarConstraint(matcher, self.tokenizer.vocab_size)
+
+
+def compile_grammar(lark: str, lltok: Any, where: str, param: str = "tools") -> Grammar:
+    """Validate `lark` against `lltok`; `GrammarError` names `where` otherwise."""
+    serialized = llguidance.LLMatcher.grammar_from_lark(lark)
+    error = llguidance.LLMatcher.validate_grammar(serialized, lltok)
+    if error and not error.startswith("WARNING"):
+        raise GrammarError(f"{where}: llguidance cannot compile it: {_reason(error)}", param)
+    return Grammar(lark, serialized, lltok)
+
+
+def _reason(error: str) -> str:
+    text = " ".join(error.split())
+    return text if len(text) <= ERROR_CHARS else text[: ERROR_CHARS - 3] + "..."
+
+
+class GrammarConstraint:
+    """One request's grammar state: a logits mask and a ``grammar`` proposal source."""
+
+    name = "grammar"
+    window_needed = 1
+
+    def __init__(self, matcher: Any, vocab_size: int) -> None:
+        self._m = matcher
+        self._vocab = vocab_size
+        self._ids: list[int] = []  # output ids the matcher has consumed
+        self._history: list[int] = []  # committed output (what the session observed)
+        self._words = torch.zeros(((vocab_size + 31) // 32,), dtype=torch.int32)
+        self._allowed: torch.Tensor | None = None  # the mask at `position`, once computed
+
+    # --- the state ---------------------------------------------------------
+    @property
+    def position(self) -> int:
+        """How many output ids the matcher has consumed."""
+        return len(self._ids)
+
+    @property
+    def done(self) -> bool:
+        """The grammar is complete and allows nothing but the end of the turn."""
+        return bool(self._m.is_stopped())
+
+    def sync(self, target: Sequence[int]) -> None:
+        """Make the matcher's output `target`: roll back to the longest common
+        prefix, then consume the rest."""
+        ids = self._ids
+        n = len(ids)
+        if len(target) < n or list(target[:n]) != ids:
+            k = 0
+            for a, b in zip(ids, target, strict=False):
+                if a != b:
+                    break
+                k += 1
+            if not self._m.rollback(n - k):
+                raise RuntimeError(f"grammar rollback of {n - k} ids failed: {self._error()}")
+            del ids[k:]
+            self._allowed = None
+        rest = [int(t) for t in target[len(ids) :]]
+        if rest:
+            if not self._m.consume_tokens(rest):
+                raise RuntimeError(f"grammar refused ids {rest}: {self._error()}")
+            ids.extend(rest)
+            self._allowed = None
+
+    def _error(self) -> str:
+        return _reason(self._m.get_error() or "no reason given")
+
+    # --- TokenConstraint (the sampler) -------------------------------------
+    def mask(self, logits: torch.Tensor, generated: Sequence[int]) -> torch.Tensor:
+        """`logits` with -inf on every id the grammar forbids after `generated`."""
+        self.sync(generated)
+        allowed = self._allowed_ids(logits.shape[-1])
+        return torch.where(allowed, logits, torch.tensor(-float("inf"), dtype=logits.dtype))
+
+    def _allowed_ids(self, width: int) -> torch.Tensor:
+        if self._allowed is None or self._allowed.shape[0] != width:
+            words = self._words
+            self._m.unsafe_compute_mask_ptr(words.data_ptr(), words.numel() * 4)
+            bits = np.unpackbits(words.numpy().view(np.uint8), bitorder="little")
+            if bits.shape[0] < width:
+                bits = np.concatenate([bits, np.zeros(width - bits.shape[0], dtype=np.uint8)])
+            self._allowed = torch.from_numpy(bits[:width]).view(torch.bool)
+        return self._allowed
+
+    # --- ProposalSource (the fill session) ----------------------------------
+    def observe(self, ids: Sequence[int]) -> None:
+        self._history.extend(int(i) for i in ids)
+
+    def propose(self, view: TokenView) -> Proposal | None:
+        """The ids the grammar forces after the committed output, if any."""
+        self.sync(self._history)
+        forced = self._m.compute_ff_tokens()
+        return Proposal(tuple(forced), "assert", "grammar") if forced else None
+
+    def admit(self, ids: Sequence[int]) -> int:
+        """How many leading ids of `ids` the grammar accepts after the committed output."""
+        self.sync(self._history)
+        return int(self._m.validate_tokens(list(ids)))

@@ -1,0 +1,199 @@
+"""The grammar tier without a model: per-format tool grammars, response formats,
+the mask and the forced tokens, checked against whole template renderings."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import json
+from functools import cache
+from typing import Any
+
+import pytest
+import torch
+from _tokenizers import tokenizer
+
+from ffwd.bench.bfcl import load_entries
+from ffwd.bench.replay import assistant_ids, in_schema_order
+from ffwd.grammar import GrammarError, RequestGrammars
+from ffwd.templates.formats import FORMATS, get_format
+from ffwd.templates.render import normalize_tools, render_chat, resolve_template
+from ffwd.templates.rows import default_eos_ids
+
+STR = {"type": "string"}
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": STR, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}},
+            "required": ["city"],
+        },
+    },
+}
+TIME = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": STR}, "required": ["tz"]},
+    },
+}
+TOOLS = [WEATHER, TIME]
+USER = [{"role": "user", "content": "Weather in Oslo?"}]
+
+
+@cache
+def grammars(fmt: str) -> RequestGrammars:
+    tok = tokenizer("default")
+    template, name = resolve_template(tok, fmt)
+    return RequestGrammars(tok, template, name, len(tok), default_eos_ids(tok))
+
+
+def turn_ids(fmt: str, tools: list[dict[str, Any]], calls: list[tuple[str, Any]],
+             content: str | None = None, messages: list[dict[str, Any]] = USER) -> list[int]:
+    """The ids a model writes for this assistant turn (rendered whole), through EOS."""
+    tok = tokenizer("default")
+    template, _ = resolve_template(tok, fmt)
+    answer = {
+        "role": "assistant",
+        "content": content,
+        "tool_calls": [{"type": "function", "function": {"name": n, "arguments": a}}
+                       for n, a in calls],
+    }
+    prompt = render_chat(template, messages, tools, tokenizer=tok)
+    full = render_chat(template, [*messages, answer], tools, False, tokenizer=tok)
+    return assistant_ids(tok, prompt, full, default_eos_ids(tok))
+
+
+def text_ids(text: str) -> list[int]:
+    return list(tokenizer("default").encode(text, add_special_tokens=False))
+
+
+def accepts(fmt: str, ids: list[int], choice: Any = "required", tools: Any = TOOLS,
+            **kw: Any) -> bool:
+    constraint = grammars(fmt).for_request(tools, choice, **kw)
+    assert constraint is not None
+    return bool(constraint.admit(ids) == len(ids))
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("category", ["simple_python", "multiple"])
+def test_every_bfcl_ground_truth_call_is_accepted(fmt: str, category: str) -> None:
+    for entry in load_entries(category):
+        tools = normalize_tools(entry.tools)
+        args = in_schema_order(entry.call.arguments, tools, entry.call.name)
+        ids = turn_ids(fmt, tools, [(entry.call.name, args)], messages=entry.messages)
+        assert accepts(fmt, ids, tools=tools), entry.id
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_wrong_name_missing_key_and_wrong_type_are_rejected(fmt: str) -> None:
+    good = turn_ids(fmt, TOOLS, [("get_weather", {"city": "Oslo", "days": 2})])
+    assert accepts(fmt, good)
+    for bad in (
+        ("get_temperature", {"city": "Oslo"}),  # not a listed tool
+        ("get_weather", {"days": 2}),  # required "city" missing
+        ("get_weather", {"city": "Oslo", "days": "two"}),  # days is an integer
+        ("get_weather", {"city": "Oslo", "unit": "k"}),  # not in the enum
+    ):
+        assert not accepts(fmt, turn_ids(fmt, TOOLS, [bad])), bad
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_named_choice_allows_only_that_function(fmt: str) -> None:
+    named = {"type": "function", "function": {"name": "get_time"}}
+    assert accepts(fmt, turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"})]), named)
+    assert not accepts(fmt, turn_ids(fmt, TOOLS, [("get_weather", {"city": "x"})]), named)
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if get_format(f).parallel])
+def test_parallel_calls_follow_parallel_tool_calls(fmt: str) -> None:
+    two = turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"}), ("get_weather", {"city": "x"})])
+    assert accepts(fmt, two)
+    assert not accepts(fmt, two, parallel=False)
+    assert accepts(fmt, turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"})]), parallel=False)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_auto_is_lazy_free_text_until_the_call_opens(fmt: str) -> None:
+    tok = tokenizer("default")
+    eos = [tok.eos_token_id]
+    assert accepts(fmt, [*text_ids("It is sunny in Oslo."), *eos], "auto")
+    call = turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"})])
+    assert accepts(fmt, call, "auto")
+    # Once the call opens, it is constrained: a name that is not a tool is refused.
+    bad = turn_ids(fmt, TOOLS, [("get_temperature", {"tz": "UTC"})])
+    assert not accepts(fmt, bad, "auto")
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen_xml"])
+def test_a_call_after_content_is_constrained_too(fmt: str) -> None:
+    ids = turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"})], content="Let me check.")
+    assert accepts(fmt, ids, "auto")
+    bad = turn_ids(fmt, TOOLS, [("get_time", {"zone": "UTC"})], content="Let me check.")
+    assert not accepts(fmt, bad, "auto")
+
+
+@pytest.mark.parametrize("fmt", ["hermes", "qwen_xml"])
+def test_strict_functions_refuse_properties_they_do_not_list(fmt: str) -> None:
+    strict = json.loads(json.dumps(TIME))
+    strict["function"]["strict"] = True
+    extra = ("get_time", {"tz": "UTC", "locale": "en"})
+    assert accepts(fmt, turn_ids(fmt, [TIME], [extra]), tools=[TIME])
+    assert not accepts(fmt, turn_ids(fmt, [strict], [extra]), tools=[strict])
+
+
+def test_a_schema_llguidance_cannot_compile_names_the_tool() -> None:
+    bad = {"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "format": "no-such-format"}}}}}
+    with pytest.raises(GrammarError, match=r"tool 'lookup'.*llguidance") as err:
+        grammars("hermes").for_request([TIME, bad], "required")
+    assert err.value.param == "tools"
+
+
+def test_response_format_json_schema_is_constrained() -> None:
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    constraint = grammars("hermes").for_request([], "none", response_format=rf)
+    assert constraint is not None
+    eos = tokenizer("default").eos_token_id
+    assert constraint.admit([*text_ids('{"n": 3}'), eos]) == len(text_ids('{"n": 3}')) + 1
+    assert constraint.admit(text_ids('{"n": "3"}')) < len(text_ids('{"n": "3"}'))
+    plain = grammars("hermes").for_request([], "none", response_format={"type": "json_object"})
+    assert plain is not None and plain.admit(text_ids("hello")) == 0
+
+
+@pytest.mark.parametrize("rf", [{"type": "yaml"}, {"type": "json_schema"}, "json", {}])
+def test_a_bad_response_format_is_an_error_naming_it(rf: Any) -> None:
+    with pytest.raises(GrammarError, match="response_format") as err:
+        grammars("hermes").for_request([], "none", response_format=rf)
+    assert err.value.param == "response_format"
+
+
+def test_no_grammar_without_anything_to_constrain() -> None:
+    assert grammars("hermes").for_request([], "none") is None
+    assert grammars("hermes").for_request(TOOLS, "none") is None
+    assert grammars("hermes").for_request([], "none", response_format={"type": "text"}) is None
+
+
+def test_the_mask_lets_only_grammar_ids_through_and_follows_rollbacks() -> None:
+    constraint = grammars("hermes").for_request(TOOLS, "required")
+    assert constraint is not None
+    logits = torch.randn(len(tokenizer("default")), generator=torch.Generator().manual_seed(0))
+    forced = list(constraint.propose(constraint).ids)  # type: ignore[union-attr, arg-type]
+    masked = constraint.mask(logits, [])
+    assert int(masked.argmax()) == forced[0] and torch.isinf(masked).sum() == logits.numel() - 1
+    # Further along, then back: the matcher follows whatever output it is shown.
+    constraint.mask(logits, forced)
+    assert constraint.position == len(forced)
+    again = constraint.mask(logits, forced[:1])
+    assert constraint.position == 1 and int(again.argmax()) == forced[1]
+
+
+@pytest.mark.parametrize(
+    "module", ["ffwd.grammar.lark", "ffwd.grammar.build", "ffwd.bench.grammar_overhead"]
+)
+def test_docstring_examples_hold(module: str) -> None:
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
