@@ -12,6 +12,7 @@ No other module in the package reads `os.environ`.
     FFWD_FILL_CANDIDATES        echo occurrences kept per k-gram, 1..1024 24
     FFWD_FILL_INDEX_MAX         ids the echo index remembers, >= 1024     131072
     FFWD_FILL_TRACE             1 (checks) or a .jsonl path (records)     off
+    FFWD_GRAMMAR                on|off: constrain tool calls by grammar   on
     FFWD_CACHE_DIR              converted models and tokenizers           ~/.cache/ffwd
 
 A request's ``ffwd`` object may override the fill settings (`FillConfig.for_request`),
@@ -93,6 +94,18 @@ def _trace(raw: object) -> str | bool:
     raise SettingError("FFWD_FILL_TRACE", raw, "1, 0 or a path to a .jsonl file")
 
 
+def _on_off(raw: object) -> bool:
+    """on/off (1/0, true/false, yes/no) as a bool, or raise naming FFWD_GRAMMAR."""
+    if isinstance(raw, bool):
+        return raw
+    key = raw.strip().lower() if isinstance(raw, str) else None
+    if key in ("on", "1", "true", "yes"):
+        return True
+    if key in ("off", "0", "false", "no"):
+        return False
+    raise SettingError("FFWD_GRAMMAR", raw, "on or off (or 1/0)")
+
+
 # override key -> (environment variable, parser)
 _FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "fill": ("FFWD_FILL", resolve_fill_mode),
@@ -104,11 +117,12 @@ _FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "candidates": ("FFWD_FILL_CANDIDATES", _int_in("FFWD_FILL_CANDIDATES", 1, 1024)),
     "index_max": ("FFWD_FILL_INDEX_MAX", _int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
     "trace": ("FFWD_FILL_TRACE", _trace),
+    "grammar": ("FFWD_GRAMMAR", _on_off),
 }
 # The JSON type each request override must have (strict: no "8" for 8, no true for 1).
 REQUEST_FILL_TYPES: dict[str, type] = {
     "fill": str, "max_span": int, "append_chunk_size": int, "k": int, "candidates": int,
-    "index_max": int, "trace": bool,
+    "index_max": int, "trace": bool, "grammar": bool,
 }
 
 
@@ -123,6 +137,8 @@ class FillConfig:
     candidates: int = 24
     index_max: int = 131072
     trace: str | bool = False
+    # Tool calls under a grammar (ffwd.grammar); response_format is constrained either way.
+    grammar: bool = True
 
     @property
     def strict(self) -> bool:

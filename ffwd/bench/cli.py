@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.bench import report
-from ffwd.bench.systems import ALL_SYSTEMS, Outcome, System, chat_request, parses
+from ffwd.bench.systems import (
+    ALL_SYSTEMS,
+    EXTRA_SYSTEMS,
+    Outcome,
+    System,
+    chat_request,
+    parses,
+)
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
 DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
@@ -40,7 +47,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"entries per BFCL category, edits and re-quotes, prose questions "
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated, from: " + ", ".join(ALL_SYSTEMS))
+                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS)))
     parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
     parser.add_argument("--repeats", type=int, default=None,
                         help=f"runs of every item and system (default {DEFAULT_REPEATS}; "
@@ -121,9 +128,10 @@ def main(args: argparse.Namespace) -> int:
 
 def _system_names(raw: str) -> list[str]:
     names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ALL_SYSTEMS]
+    unknown = [n for n in names if n not in (*ALL_SYSTEMS, *EXTRA_SYSTEMS)]
     if unknown or not names:
-        raise ValueError(f"--systems {raw!r}: expected some of {', '.join(ALL_SYSTEMS)}")
+        known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
+        raise ValueError(f"--systems {raw!r}: expected some of {known}")
     return list(dict.fromkeys(names))
 
 

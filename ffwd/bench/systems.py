@@ -1,10 +1,12 @@
 """The systems `ffwd bench` compares, each behind ``run(item, prompt_ids) -> Outcome``.
 
 * ``ffwd-off``, ``ffwd-strict``, ``ffwd-echo``: a served chat request through
-  `ModelService` (prepare: render, tokenize, compile tool rows; run: engine
-  and tool-call parser), timed from the request to the last event.
-  ``ffwd-off`` decodes plainly even for ``tool_choice=required``, where the
-  server itself would switch the strict tier on to force the call.
+  `ModelService` (prepare: render, tokenize, compile tool rows and the
+  grammar; run: engine and tool-call parser), timed from the request to the
+  last event. ``ffwd-off`` decodes plainly, without the grammar, even for
+  ``tool_choice=required``, where the server itself would force the call.
+  ``ffwd-strict-nogrammar`` (not run by default) is ``ffwd-strict`` with
+  ``"ffwd": {"grammar": false}``: what the grammar adds to the strict tier.
 * ``hf-generate`` and ``hf-prompt-lookup``: transformers' ``model.generate``
   (greedy; the second with ``prompt_lookup_num_tokens=10``) on the same
   loaded model, from the same prompt ids.
@@ -32,9 +34,11 @@ from ffwd.serve.service import ModelService
 from ffwd.templates import formats
 
 FFWD_SYSTEMS = ("ffwd-off", "ffwd-strict", "ffwd-echo")
+NO_GRAMMAR = "-nogrammar"
 HF_SYSTEMS = ("hf-generate", "hf-prompt-lookup")
 LLAMA_SYSTEMS = ("llamacpp", "llamacpp-lookup")
 ALL_SYSTEMS = (*FFWD_SYSTEMS, *HF_SYSTEMS, *LLAMA_SYSTEMS)
+EXTRA_SYSTEMS = ("ffwd-strict" + NO_GRAMMAR,)  # accepted by --systems, not run by default
 LOOKUP_TOKENS = 10
 
 
@@ -60,7 +64,7 @@ class System(Protocol):
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome: ...
 
 
-def chat_request(item: Item, fill: str) -> ChatCompletionRequest:
+def chat_request(item: Item, fill: str, grammar: bool = True) -> ChatCompletionRequest:
     """The greedy chat request that `item` stands for, with fill mode `fill`."""
     return ChatCompletionRequest.model_validate({
         "messages": item.messages,
@@ -69,7 +73,7 @@ def chat_request(item: Item, fill: str) -> ChatCompletionRequest:
         "max_tokens": item.max_tokens,
         "temperature": 0.0,
         "parallel_tool_calls": not item.single_call,
-        "ffwd": {"fill": fill},
+        "ffwd": {"fill": fill, "grammar": grammar},
     })
 
 
@@ -87,16 +91,17 @@ def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -
 class FfwdSystem:
     """A chat request through `ModelService`, as the server runs it."""
 
-    def __init__(self, service: ModelService, fill: str) -> None:
+    def __init__(self, service: ModelService, fill: str, grammar: bool = True) -> None:
         self.service = service
         self.fill = fill
-        self.name = f"ffwd-{fill}"
+        self.grammar = grammar and fill != "off"
+        self.name = f"ffwd-{fill}" + ("" if grammar else NO_GRAMMAR)
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
         events: list[Event] = []
         self.service.reset()  # no prompt cache carried over from the previous system
         t0 = time.perf_counter()
-        prep = self.service.prepare_chat(chat_request(item, self.fill))
+        prep = self.service.prepare_chat(chat_request(item, self.fill, self.grammar))
         if self.fill == "off":
             prep = replace(prep, fill=replace(prep.fill, fill="off"))
         self.service.run(prep, events.append, lambda: False)
@@ -305,8 +310,9 @@ def build_systems(
     skipped: dict[str, str] = {}
     llama_reason = llama_unavailable(gguf) if set(names) & set(LLAMA_SYSTEMS) else None
     for name in names:
-        if name in FFWD_SYSTEMS:
-            built.append(FfwdSystem(service, name.removeprefix("ffwd-")))
+        if name in FFWD_SYSTEMS or name in EXTRA_SYSTEMS:
+            fill = name.removeprefix("ffwd-").removesuffix(NO_GRAMMAR)
+            built.append(FfwdSystem(service, fill, not name.endswith(NO_GRAMMAR)))
         elif name in HF_SYSTEMS:
             built.append(HFGenerate(model, decoder, LOOKUP_TOKENS if "lookup" in name else 0))
         elif name in LLAMA_SYSTEMS:
@@ -317,7 +323,8 @@ def build_systems(
             lookup = LOOKUP_TOKENS if "lookup" in name else 0
             built.append(LlamaCpp(gguf, decoder, threads, lookup))
         else:
-            raise ValueError(f"unknown system {name!r}: expected some of {', '.join(ALL_SYSTEMS)}")
+            known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
+            raise ValueError(f"unknown system {name!r}: expected some of {known}")
     return built, skipped
 
 

@@ -65,6 +65,9 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fill-trace", default=None,
                    help="FFWD_FILL_TRACE: 1 (cache checks) or a .jsonl file every request is "
                    "traced to; requests may switch it off (default: off)")
+    g.add_argument("--grammar", default=None, choices=("on", "off"),
+                   help="FFWD_GRAMMAR: constrain tool calls with a grammar so that required and "
+                   "named tool_choice always return a valid call (default: on)")
 
 
 def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig]:
@@ -73,7 +76,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
         "fill": args.fill, "max_span": args.fill_max_span,
         "append_chunk_size": args.fill_append_chunk_size, "k": args.fill_k,
         "candidates": args.fill_candidates, "index_max": args.fill_index_max,
-        "trace": args.fill_trace,
+        "trace": args.fill_trace, "grammar": args.grammar,
     }, default_mode=SERVER_DEFAULT_FILL)
     engine = resolve_engine_config(
         overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}

@@ -175,6 +175,38 @@ class StreamOptions(_Model):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(_Model):
+    """OpenAI's ``response_format.json_schema``: the schema the content must match."""
+
+    name: str = Field(default="response", max_length=64)
+    description: str | None = None
+    json_schema: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Model):
+    """``text`` (no constraint), ``json_object`` (any JSON object) or ``json_schema``."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs "json_schema": {"name": ..., '
+                             '"schema": {...}}')
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        """The shape `ffwd.grammar` reads."""
+        out: dict[str, Any] = {"type": self.type}
+        if self.json_schema is not None:
+            spec = self.json_schema
+            out["json_schema"] = {"name": spec.name, "schema": spec.json_schema,
+                                  "strict": spec.strict}
+        return out
+
+
 class FfwdSettings(BaseModel):
     """Per-request fill settings (the server's FFWD_FILL* defaults apply to what is left out).
 
@@ -191,6 +223,7 @@ class FfwdSettings(BaseModel):
     candidates: Int | None = None
     index_max: Int | None = None
     trace: bool | None = None
+    grammar: bool | None = None
 
     @field_validator("trace", mode="before")
     @classmethod
@@ -220,6 +253,7 @@ class SamplingFields(_Model):
     logit_bias: dict[str, float] | None = Field(default=None, json_schema_extra=TOKEN_ID_KEYS)
     n: Int = Field(default=1, json_schema_extra=ONE)
     user: str | None = None
+    response_format: ResponseFormat | None = None
     ffwd: FfwdSettings | None = None
 
     @field_validator("n")

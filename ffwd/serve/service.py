@@ -2,7 +2,9 @@
 
 `ModelService.prepare_*` runs on the event loop's thread pool and turns a
 request into a `Prepared` (prompt ids, sampling, fill settings, compiled tool
-rows), raising `APIError` for anything the client got wrong. `run` executes on
+rows, the request's grammar), raising `APIError` for anything the client got
+wrong: a schema llguidance cannot compile is a 400 naming the tool or
+``response_format``. `run` executes on
 the scheduler's single worker thread: it streams the engine's text through
 the format's incremental tool-call parser and emits `events`.
 """
@@ -21,10 +23,16 @@ from ffwd.config import EngineConfig, FillConfig, SettingError
 from ffwd.engine.generate import GenerationResult, stream_generate
 from ffwd.engine.sampling import SamplingParams
 from ffwd.fill import FillPlan
+from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
 from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta, ToolCallOut, Usage
 from ffwd.serve.prompt_cache import PromptCache
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest, SamplingFields
+from ffwd.serve.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    ResponseFormat,
+    SamplingFields,
+)
 from ffwd.serve.tokens import TokenText
 from ffwd.templates import formats
 from ffwd.templates.formats.base import ToolCallContext, ToolParser
@@ -50,6 +58,7 @@ class Prepared:
     tools: list[dict[str, Any]]
     single_call: bool  # parallel_tool_calls=false: stop after the first call
     logprobs: int | None = None  # alternatives per token (0: none); None: no logprobs
+    grammar: Grammar | None = None  # tool calls and/or response_format, when constrained
 
 
 class ModelService:
@@ -82,6 +91,9 @@ class ModelService:
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
         self.token_text = TokenText(tokenizer)
+        self.grammars, self.grammar_unavailable = _request_grammars(
+            tokenizer, self.template, self.format_name, int(backend.vocab_size), self.eos_ids
+        )
 
     @property
     def forward_calls(self) -> int:
@@ -111,11 +123,32 @@ class ModelService:
             if fill.strict:
                 compiled = self._compiled(shown, choice)
         plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
+        constrained = shown if fill.grammar else []
+        grammar = self._grammar(constrained, choice, req.parallel_tool_calls, req.response_format)
         return Prepared(
             "chat", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
             req.stop_list, fill, plan, compiled, shown,
             single_call=bool(shown) and not req.parallel_tool_calls, logprobs=req.logprob_count,
+            grammar=grammar,
         )
+
+    def _grammar(
+        self, tools: list[dict[str, Any]], choice: str | dict[str, Any], parallel: bool,
+        response_format: ResponseFormat | None,
+    ) -> Grammar | None:
+        """The request's compiled grammar (cached), or None when nothing is constrained."""
+        rf = response_format.as_dict() if response_format is not None else None
+        if self.grammars is None:
+            if rf is not None and rf["type"] != "text":
+                raise bad_request(
+                    f"response_format is not available for this model: "
+                    f"{self.grammar_unavailable}", param="response_format",
+                )
+            return None  # tool calls go unconstrained (said at start-up)
+        try:
+            return self.grammars.grammar(tools, choice if tools else "none", parallel, rf)
+        except GrammarError as exc:
+            raise bad_request(str(exc), param=exc.param, code="invalid_schema") from None
 
     def _compiled(self, tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> CompiledTools:
         """Compiled rows for these tools, cached: agents resend the same tools every turn."""
@@ -147,6 +180,7 @@ class ModelService:
             "text", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
             req.stop_list, fill, FillPlan(eos=self.eos_ids), None, [], single_call=False,
             logprobs=req.logprob_count,
+            grammar=self._grammar([], "none", True, req.response_format),
         )
 
     def _fill(self, req: SamplingFields) -> FillConfig:
@@ -206,6 +240,7 @@ class ModelService:
             self.backend, self.tokenizer, prep.prompt_ids, prep.params,
             max_tokens=prep.max_tokens, stop=prep.stop, plan=prep.plan, fill=prep.fill,
             strict_context=context, cancelled=stop_now, logprobs=prep.logprobs,
+            constraint=prep.grammar.new_constraint() if prep.grammar is not None else None,
         ):
             if chunk.logprob is not None and chunk.token_id is not None:
                 emit(self.token_text.logprob(chunk.token_id, chunk.logprob))
@@ -218,7 +253,9 @@ class ModelService:
                 result = chunk.result
         if result is None:
             return
-        content, calls = (parser.finish() if parser is not None else (result.text, []))
+        # Cut off inside a call the grammar guaranteed: drop it rather than return markup.
+        cut = prep.grammar is not None and result.finish_reason == "length"
+        content, calls = (parser.finish(cut) if parser is not None else (result.text, []))
         finish = str(result.finish_reason)
         if cancelled():
             finish = "cancelled"  # the client is gone: counted, never sent
@@ -287,8 +324,8 @@ class _Calls:
     def feed(self, text: str) -> None:
         self._forward(self.parser.feed(text))
 
-    def finish(self) -> tuple[str, list[ToolCallOut]]:
-        self._forward(self.parser.finish())
+    def finish(self, cut: bool = False) -> tuple[str, list[ToolCallOut]]:
+        self._forward(self.parser.finish(cut))
         calls = [
             ToolCallOut(self.ids.get(i) or _call_id(), c.name, c.arguments)
             for i, c in enumerate(self.parser.calls)
@@ -324,9 +361,20 @@ def _ffwd_block(prep: Prepared, result: GenerationResult) -> dict[str, Any]:
             injected[origin] = injected.get(origin, 0) + 1
     return {
         "fill": prep.fill.fill,
+        "grammar": prep.grammar is not None,
         "stats": result.stats.as_dict(),
         "forward_calls": result.forward_calls,
         "injected_by_origin": injected,
         "seconds": round(result.seconds, 4),
         "prefill_seconds": round(result.prefill_seconds, 4),
     }
+
+
+def _request_grammars(
+    tokenizer: Any, template: str, fmt: str, vocab_size: int, eos_ids: Sequence[int]
+) -> tuple[RequestGrammars | None, str]:
+    """The model's grammar builder, or None and why (llguidance needs a fast tokenizer)."""
+    try:
+        return RequestGrammars(tokenizer, template, fmt, vocab_size, eos_ids), ""
+    except (ValueError, TypeError, AttributeError) as exc:
+        return None, f"llguidance cannot read this tokenizer ({exc})"

@@ -217,3 +217,17 @@ def test_qwen_xml_values_follow_the_schema() -> None:
     )
     assert json.loads(parser.calls[0].arguments) == {"n": 5, "s": "5", "b": True}
     assert convert_value("not json", None) == "not json"
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if get_format(f).parallel])
+def test_a_cut_message_drops_its_unfinished_call(fmt: str) -> None:
+    text = turn(fmt, CALLS[:2])
+    second = text.rindex(CALLS[1][0])  # the second call's name: cut inside that call
+    parser = get_format(fmt).new_parser()
+    deltas = [*parser.feed(text[: second + 4]), *parser.finish(cut=True)]
+    assert [c.name for c in parser.calls] == ["get_weather"]
+    assert not [d for d in deltas if isinstance(d, ContentDelta) and d.text.strip()]
+    # Uncut, the same text comes back as content (the model wrote it as it was).
+    plain = get_format(fmt).new_parser()
+    deltas = [*plain.feed(text[: second + 4]), *plain.finish()]
+    assert any(isinstance(d, ContentDelta) and CALLS[1][0][:4] in d.text for d in deltas)

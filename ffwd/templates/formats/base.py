@@ -78,7 +78,9 @@ class ToolParser(Protocol):
 
     def feed(self, text: str) -> list[Delta]: ...
 
-    def finish(self) -> list[Delta]: ...
+    def finish(self, cut: bool = False) -> list[Delta]:
+        """Deltas at the end; `cut` drops an unfinished call (see `MarkerParser.finish`)."""
+        ...
 
     @property
     def held_back(self) -> str:

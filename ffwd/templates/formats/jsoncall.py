@@ -108,6 +108,9 @@ class JsonCallParser(MarkerParser):
         self._emit(s)
         return None
 
+    def _call_complete(self) -> bool:
+        return self._mode == "after"
+
     def _finish_markup(self) -> None:
         if self._mode != "after":
             self._fail()

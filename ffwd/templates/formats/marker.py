@@ -42,11 +42,19 @@ class MarkerParser:
         self._flush()
         return self._out
 
-    def finish(self) -> list[Delta]:
+    def finish(self, cut: bool = False) -> list[Delta]:
+        """The deltas at the end of the message. `cut`: the message was cut off
+        (a token limit) where a grammar guaranteed the markup: an unfinished call
+        and a partial marker are dropped, not returned as content."""
         self._out = []
         if self._mode != "content":
-            self._finish_markup()
-        self._emit(self._held)
+            if cut and not self._call_complete():
+                self._reset_call()
+                self._mode = "content"
+            else:
+                self._finish_markup()
+        if not cut:
+            self._emit(self._held)
         self._held = ""
         return self._out
 
@@ -110,6 +118,10 @@ class MarkerParser:
 
     def _finish_markup(self) -> None:
         self._fail()  # the message ended inside a call
+
+    def _call_complete(self) -> bool:
+        """Whether the call being read is complete (only its closing tag may be missing)."""
+        return False
 
     def _flush(self) -> None:
         """Send what is pending at the end of `feed` (argument fragments)."""

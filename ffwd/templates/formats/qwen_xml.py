@@ -91,6 +91,9 @@ class QwenXmlParser(MarkerParser):
             name = None
         return ParseState(where, self._tool, name, self._key, tuple(self._used))
 
+    def _call_complete(self) -> bool:
+        return self._mode == "fend"
+
     def _finish_markup(self) -> None:
         if self._mode == "fend":  # the function is complete: a missing closing tag is forgiven
             self._close_wrapper()

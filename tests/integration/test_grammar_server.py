@@ -1,0 +1,71 @@
+"""Guaranteed tool calls and structured outputs on the embedded model, through the
+official `openai` client against a live server (grammar on: the server default)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+from live_server import Server
+
+pytestmark = pytest.mark.slow
+
+TOOLS: list[Any] = [
+    {"type": "function", "function": {
+        "name": "convert_currency", "description": "Convert an amount between currencies.",
+        "parameters": {"type": "object", "properties": {
+            "amount": {"type": "number"}, "from_currency": {"type": "string"},
+            "to_currency": {"type": "string"}},
+            "required": ["amount", "from_currency", "to_currency"]}}},
+    {"type": "function", "function": {
+        "name": "get_time", "description": "The current time in a timezone.",
+        "parameters": {"type": "object", "properties": {"timezone": {"type": "string"}},
+                       "required": ["timezone"]}}},
+]
+SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+WHY: dict[str, Any] = {
+    "model": "default", "messages": [{"role": "user", "content": "How many yen is 250 euros?"}],
+    "tools": TOOLS, "tool_choice": "required", "max_tokens": 80, "temperature": 0,
+}
+
+
+def client(server: Server) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+
+
+def test_required_returns_a_valid_call_plain_and_streamed(server: Server) -> None:
+    reply = client(server).chat.completions.create(**WHY)
+    calls = reply.choices[0].message.tool_calls
+    assert calls, reply.choices[0].message
+    for call in calls:
+        fn = call.function  # type: ignore[union-attr]
+        jsonschema.validate(json.loads(fn.arguments), SCHEMAS[fn.name])
+    streamed: dict[int, list[str]] = {}
+    for chunk in client(server).chat.completions.create(**WHY, stream=True):
+        for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            name, args = streamed.setdefault(d.index, ["", ""]), d.function
+            name[0] += (args.name or "") if args else ""
+            name[1] += (args.arguments or "") if args else ""
+    first = calls[0].function  # type: ignore[union-attr]
+    assert streamed[0] == [first.name, first.arguments]
+
+
+def test_response_format_json_schema_content_validates(server: Server) -> None:
+    schema = {"type": "object", "additionalProperties": False, "required": ["city", "country"],
+              "properties": {"city": {"type": "string", "maxLength": 24},
+                             "country": {"type": "string", "maxLength": 24}}}
+    bad = {"type": "function", "function": {"name": "lookup", "parameters": {
+        "type": "object", "properties": {"q": {"type": "string", "format": "no-such-format"}}}}}
+    with pytest.raises(openai.BadRequestError) as err:
+        client(server).chat.completions.create(**{**WHY, "tools": [TOOLS[1], bad]})
+    assert "lookup" in str(err.value) and "llguidance" in str(err.value)
+    reply = client(server).chat.completions.create(
+        model="default", max_tokens=60, temperature=0,
+        messages=[{"role": "user", "content": "Where is the Eiffel Tower?"}],
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "place", "schema": schema, "strict": True}},
+    )
+    jsonschema.validate(json.loads(reply.choices[0].message.content or ""), schema)
