@@ -136,11 +136,12 @@ class GrammarConstraint:
                 raise RuntimeError(f"grammar rollback of {n - k} ids failed: {self._error()}")
             del ids[k:]
             self._allowed = None
-        rest = [int(t) for t in target[len(ids) :]]
-        if rest:
-            if not self._m.consume_tokens(rest):
-                raise RuntimeError(f"grammar refused ids {rest}: {self._error()}")
-            ids.extend(rest)
+        for t in target[len(ids) :]:
+            # One at a time: consume_tokens refuses an EOS once the grammar is
+            # complete, where consume_token takes it (llguidance 1.9.1).
+            if not self._m.consume_token(int(t)):
+                raise RuntimeError(f"grammar refused id {int(t)}: {self._error()}")
+            ids.append(int(t))
             self._allowed = None
 
     def _error(self) -> str:

@@ -197,3 +197,15 @@ def test_the_mask_lets_only_grammar_ids_through_and_follows_rollbacks() -> None:
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_end_of_turn_follows_a_complete_grammar() -> None:
+    """A complete grammar allows only EOS, and the matcher takes it (replay pushes it)."""
+    constraint = grammars("mistral").for_request(TOOLS, "required", parallel=False)
+    assert constraint is not None
+    ids = turn_ids("mistral", TOOLS, [("get_time", {"tz": "UTC"})])
+    assert ids[-1] == tokenizer("default").eos_token_id
+    constraint.sync(ids[:-1])
+    assert constraint.done
+    constraint.sync(ids)
+    assert constraint.position == len(ids)
