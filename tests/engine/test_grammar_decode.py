@@ -14,6 +14,7 @@ from tiny_models import tiny_backend
 from ffwd.config import FillConfig
 from ffwd.engine.generate import GenerationResult, generate
 from ffwd.engine.sampling import SamplingParams
+from ffwd.fill import FillPlan
 from ffwd.grammar import RequestGrammars
 from ffwd.models import load_tokenizer
 from ffwd.templates.formats import FORMATS, get_format
@@ -103,3 +104,30 @@ def test_greedy_fill_with_grammar_is_identical_to_off_with_grammar(fmt: str, fil
         forwards_off += off.forward_calls
         forwards_fill += on.forward_calls
     assert forwards_fill < forwards_off
+
+
+def test_rejected_echo_spans_roll_the_grammar_back() -> None:
+    """Echo copies a JSON reply quoted in the prompt; the random model rejects most of
+    each copy, so the matcher is rolled back with the cache (checked every step)."""
+    tok, _, grammars, _ = setup("hermes")
+    quote = '{"label": "alpha beta gamma delta", "note": "epsilon zeta eta theta"}'
+    prompt = tok.encode(f"Like {quote} or {quote}. Answer: ", add_special_tokens=False)
+    schema = {"type": "object", "additionalProperties": False, "required": ["label", "note"],
+              "properties": {"label": {"type": "string", "maxLength": 30},
+                             "note": {"type": "string", "maxLength": 30}}}
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    events = rejected = 0
+    for seed in range(3):
+        backend = backend_for("hermes", seed)
+        outputs = []
+        for fill in ("off", "echo"):
+            result = generate(
+                backend, tok, prompt, SamplingParams(temperature=0.0), max_tokens=60,
+                plan=FillPlan(), fill=FillConfig(fill=fill, k=2, trace=True),  # type: ignore[arg-type]
+                constraint=grammars.for_request([], "none", response_format=rf),
+            )
+            outputs.append(result.token_ids)
+        assert outputs[0] == outputs[1]
+        events += result.stats.verify_events
+        rejected += result.stats.verify_rejected
+    assert events > 0 and rejected > 0
