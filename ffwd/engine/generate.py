@@ -152,9 +152,10 @@ def stream_generate(
         decode=tokenizer.decode, strict_context=strict_context, grammar=grammar,
     )
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
+    sampler = make_sampler(params, prompt_ids, constraint)
     steps = generate_step(
-        backend, make_sampler(params, prompt_ids, constraint), max_tokens=max_tokens, session=session,
-        policy=policy, trace=trace, check_cache=fill.trace_checks, logprobs=logprobs,
+        backend, sampler, max_tokens=max_tokens, session=session, policy=policy,
+        trace=trace, check_cache=fill.trace_checks, logprobs=logprobs,
     )
     detok, stops = Detokenizer(tokenizer), StopMatcher(stop)
     ids: list[int] = []

@@ -13,8 +13,10 @@ from tiny_models import tiny_backend
 
 from ffwd.config import FillConfig
 from ffwd.engine.generate import GenerationResult, generate
+from ffwd.engine.loop import SpanPolicy, fixed_policy
 from ffwd.engine.sampling import SamplingParams
-from ffwd.fill import FillPlan
+from ffwd.fill import FillPlan, FillSession, Proposal
+from ffwd.fill.spans import SpanChoice
 from ffwd.grammar import RequestGrammars
 from ffwd.models import load_tokenizer
 from ffwd.templates.formats import FORMATS, get_format
@@ -106,28 +108,55 @@ def test_greedy_fill_with_grammar_is_identical_to_off_with_grammar(fmt: str, fil
     assert forwards_fill < forwards_off
 
 
-def test_rejected_echo_spans_roll_the_grammar_back() -> None:
-    """Echo copies a JSON reply quoted in the prompt; the random model rejects most of
-    each copy, so the matcher is rolled back with the cache (checked every step)."""
+def _cut_to(length: int) -> SpanPolicy:
+    """Forward at most `length` ids of every verify span (0: decline them all)."""
+
+    def decide(proposal: Proposal, session: FillSession) -> SpanChoice:
+        return SpanChoice(min(length, len(proposal.ids)), False, 0.0, 1.0, 1.0)
+
+    return decide
+
+
+POLICIES = {"probe": fixed_policy(True), "combined": fixed_policy(False),
+            "shortened": _cut_to(2), "declined": _cut_to(0)}
+
+
+ECHO_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["label", "note"],
+               "properties": {"label": {"type": "string", "maxLength": 30},
+                              "note": {"type": "string", "maxLength": 30}}}
+
+
+def echo_run(policy: str, params: SamplingParams, fill: str, seed: int = 0) -> GenerationResult:
+    """A JSON reply under `ECHO_SCHEMA`, with echo proposing copies of what came before."""
     tok, _, grammars, _ = setup("hermes")
     quote = '{"label": "alpha beta gamma delta", "note": "epsilon zeta eta theta"}'
     prompt = tok.encode(f"Like {quote} or {quote}. Answer: ", add_special_tokens=False)
-    schema = {"type": "object", "additionalProperties": False, "required": ["label", "note"],
-              "properties": {"label": {"type": "string", "maxLength": 30},
-                             "note": {"type": "string", "maxLength": 30}}}
-    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
-    events = rejected = 0
-    for seed in range(3):
-        backend = backend_for("hermes", seed)
-        outputs = []
-        for fill in ("off", "echo"):
-            result = generate(
-                backend, tok, prompt, SamplingParams(temperature=0.0), max_tokens=60,
-                plan=FillPlan(), fill=FillConfig(fill=fill, k=2, trace=True),  # type: ignore[arg-type]
-                constraint=grammars.for_request([], "none", response_format=rf),
-            )
-            outputs.append(result.token_ids)
-        assert outputs[0] == outputs[1]
-        events += result.stats.verify_events
-        rejected += result.stats.verify_rejected
-    assert events > 0 and rejected > 0
+    rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": ECHO_SCHEMA}}
+    return generate(
+        backend_for("hermes", seed), tok, prompt, params, max_tokens=60, plan=FillPlan(),
+        fill=FillConfig(fill=fill, k=2, trace=True),  # type: ignore[arg-type]
+        constraint=grammars.for_request([], "none", response_format=rf), policy=POLICIES[policy],
+    )
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_verify_spans_keep_the_grammar_where_the_output_is(policy: str) -> None:
+    """Whether the span policy probes, forwards a verify span whole, shortens or
+    declines it, the matcher stands after exactly the emitted ids (checked at every
+    step under trace, rejected tails rolled back with the cache): greedy output equals
+    decoding without fill, and sampled output (top-2, so copies are often rejected
+    after a kept prefix) is valid."""
+    greedy = SamplingParams(temperature=0.0)
+    for seed in range(2):
+        off = echo_run(policy, greedy, "off", seed)
+        assert echo_run(policy, greedy, "echo", seed).token_ids == off.token_ids
+    stats = []
+    for seed in range(4):
+        result = echo_run(policy, SamplingParams(temperature=1.0, top_k=2, seed=seed), "echo")
+        jsonschema.validate(json.loads(result.text), ECHO_SCHEMA)
+        stats.append(result.stats)
+    if policy == "declined":
+        assert sum(s.declined for s in stats) > 0 and sum(s.verify_events for s in stats) == 0
+    else:
+        assert sum(s.verify_accepted for s in stats) > 0
+        assert sum(s.verify_rejected for s in stats) > 0
