@@ -193,18 +193,8 @@ class ResponseFormat(_Model):
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError('type "json_schema" needs "json_schema": {"name": ..., '
-                             '"schema": {...}}')
+            raise ValueError('type "json_schema" needs "json_schema": {"schema": {...}}')
         return self
-
-    def as_dict(self) -> dict[str, Any]:
-        """The shape `ffwd.grammar` reads."""
-        out: dict[str, Any] = {"type": self.type}
-        if self.json_schema is not None:
-            spec = self.json_schema
-            out["json_schema"] = {"name": spec.name, "schema": spec.json_schema,
-                                  "strict": spec.strict}
-        return out
 
 
 class FfwdSettings(BaseModel):

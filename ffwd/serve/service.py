@@ -137,7 +137,7 @@ class ModelService:
         response_format: ResponseFormat | None,
     ) -> Grammar | None:
         """The request's compiled grammar (cached), or None when nothing is constrained."""
-        rf = response_format.as_dict() if response_format is not None else None
+        rf = response_format.model_dump(by_alias=True) if response_format is not None else None
         if self.grammars is None:
             if rf is not None and rf["type"] != "text":
                 raise bad_request(
