@@ -36,7 +36,9 @@ CITIES = ("Lisbon", "Oslo", "Kyoto", "Quito")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Server]:
-    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "2", "--fill", "echo",
+    # --max-queue 4: Ray counts requests still being routed as queued, so the four
+    # first turns sent at once below need room for four.
+    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo",
                "--dtype", "float32")
     try:
         _wait_for(s, "ffwd serving", 300)  # printed once every replica is running
@@ -168,11 +170,11 @@ def test_backpressure_is_429_with_retry_after(cluster: Server) -> None:
                 h = (await client.get("/health")).json()
                 return int(h["on_replicas"] + h["queue_depth"])
 
-            # 1. Two replicas take 2 requests each (--max-ongoing), two more wait at
-            #    the router (--max-queue 2). One at a time: Ray counts a request that
+            # 1. Two replicas take 2 requests each (--max-ongoing), four more wait at
+            #    the router (--max-queue 4). One at a time: Ray counts a request that
             #    is being routed as queued, so a burst could be refused early.
             tasks = []
-            for k in range(6):
+            for k in range(8):
                 tasks.append(asyncio.create_task(ask(k)))
                 for _ in range(400):
                     if await held() == k + 1:
@@ -180,7 +182,7 @@ def test_backpressure_is_429_with_retry_after(cluster: Server) -> None:
                     await asyncio.sleep(0.05)
                 assert await held() == k + 1, f"request {k} never reached a replica or the queue"
             # 2. One more is refused at once, as OpenAI refuses: 429 with Retry-After.
-            r = await ask(6, max_tokens=1)
+            r = await ask(8, max_tokens=1)
             assert r.status_code == 429, r.text
             assert r.headers["retry-after"] == "1"
             assert r.json()["error"]["type"] == "rate_limit_error"
