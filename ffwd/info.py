@@ -21,6 +21,7 @@ from ffwd.config import resolve_engine_config, resolve_fill_config
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="default", help="default, a HF directory or a .gguf file")
+    p.add_argument("--backend", default=None, help="auto|llamacpp|transformers (FFWD_BACKEND)")
     p.add_argument("--dtype", default=None, help="auto|float32|bfloat16|float16 (FFWD_DTYPE)")
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
     p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
@@ -29,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def greedy_promise(backend: str, device: str, dtype: str) -> tuple[bool, str]:
+def greedy_promise(backend: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
     """Whether greedy output is independent of how ids are batched into forwards.
 
     Fill appends several ids per forward and the prompt cache changes how many
@@ -41,6 +42,14 @@ def greedy_promise(backend: str, device: str, dtype: str) -> tuple[bool, str]:
     >>> greedy_promise("transformers", "cpu", "bfloat16")[1][:3]
     'no:'
     """
+    if backend == "llamacpp":
+        if threads == 1:
+            return True, ("yes: llama.cpp on one thread; greedy output is the same with fill on "
+                          "or off and with a cold or a warm prompt cache")
+        return False, ("no: past 256 ids of context llama.cpp splits a one-id forward's "
+                       "attention across threads and rounds it differently from a batched "
+                       "forward, so greedy output can change with fill on/off and with the "
+                       "prompt-cache state (exact with --threads 1, or below 256 ids)")
     if backend == "transformers" and device == "cpu" and dtype == "float32":
         return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "
                       "with a cold or a warm prompt cache")
@@ -57,25 +66,35 @@ def loaded_promise(backend: Any) -> tuple[bool, str]:
     if isinstance(backend, HFBackend):
         dtype = str(backend.model.dtype).removeprefix("torch.")
         return greedy_promise("transformers", backend.device.type, dtype)
+    if getattr(backend, "engine", None) == "llama.cpp":
+        return greedy_promise("llamacpp", "cpu", "gguf", backend.threads)
     return False, f"no: not established for {type(backend).__name__}"
 
 
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
-    from ffwd.models import load_tokenizer, resolve_device, resolve_dtype, resolve_model
+    from ffwd.models import (
+        engine_for,
+        load_tokenizer,
+        resolve_device,
+        resolve_dtype,
+        resolve_model,
+    )
     from ffwd.serve.cli import SERVER_DEFAULT_FILL
     from ffwd.templates.render import model_template, resolve_template
 
-    engine = resolve_engine_config(
-        overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads})
+    engine = resolve_engine_config(overrides={
+        "backend": args.backend, "dtype": args.dtype, "device": args.device,
+        "threads": args.threads})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
     device = resolve_device(engine.device)
-    dtype = str(resolve_dtype(engine.dtype, device)).removeprefix("torch.")
+    backend = engine_for(ref, engine.backend, device)
+    dtype = ("the GGUF file's own" if backend == "llamacpp"
+             else str(resolve_dtype(engine.dtype, device)).removeprefix("torch."))
     tokenizer = load_tokenizer(ref)
     template, tool_format = resolve_template(tokenizer, args.tool_format)
-    backend = "transformers"
-    promised, promise = greedy_promise(backend, device, dtype)
+    promised, promise = greedy_promise(backend, device, dtype, _thread_count(engine.threads))
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -84,12 +103,13 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "size": f"{ref.path.stat().st_size / 2**20:.1f} MiB" if ref.path.is_file() else None,
         "backend": backend,
         "device": device,
-        "dtype": f"{dtype} ({engine.dtype})" if engine.dtype == "auto" else dtype,
+        "dtype": f"{dtype} ({engine.dtype})" if engine.dtype == "auto" and backend != "llamacpp"
+        else dtype,
         "threads": _threads(engine.threads),
         "template": "the model's own" if template == model_template(tokenizer)
         else f"builtin {tool_format} (the model's own has no tool calls)",
         "tool_format": tool_format,
-        "context_window": _context_window(ref),
+        "context_window": _context_window(ref, backend, engine.context),
         "vocab_size": len(tokenizer),
         "fill_served": fill.fill,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
@@ -98,21 +118,29 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _threads(requested: int) -> str:
+def _thread_count(requested: int) -> int:
     import torch
 
-    return str(requested) if requested else f"{torch.get_num_threads()} (torch default)"
+    return requested or int(torch.get_num_threads())
 
 
-def _context_window(ref: Any) -> int:
-    """Prompt plus output tokens the server allows per request (the model config's)."""
+def _threads(requested: int) -> str:
+    return str(requested) if requested else f"{_thread_count(0)} (torch default)"
+
+
+def _context_window(ref: Any, backend: str, context: int) -> int:
+    """Prompt plus output tokens the server allows per request (llama.cpp: what it allocates)."""
     from transformers import AutoConfig
 
+    from ffwd.engine.llamacpp import DEFAULT_CONTEXT_CAP
     from ffwd.serve.service import DEFAULT_CONTEXT_WINDOW
 
     kwargs = {"gguf_file": ref.gguf_file} if ref.gguf_file else {}
     cfg = AutoConfig.from_pretrained(ref.directory, **kwargs)
-    return int(getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW)
+    trained = int(getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW)
+    if backend == "llamacpp":
+        return context or min(trained, DEFAULT_CONTEXT_CAP)
+    return trained
 
 
 def main(args: argparse.Namespace) -> int:

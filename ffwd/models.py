@@ -1,10 +1,12 @@
-"""Model resolution: the embedded default, a test family, HF dirs and GGUF files.
+"""Model resolution and loading: the embedded default, gemma3, HF dirs and GGUF files.
 
 `resolve_model(spec)` turns what a user types (``default``, ``gemma3``, a HF
-directory, a ``.gguf`` file) into a `ModelRef`. GGUF files are converted by
-transformers on load, which is slow (the tokenizer takes seconds, the weights
-~20 s), so converted copies are cached under `ffwd.config.cache_dir()` and
-reused on the next load.
+directory, a ``.gguf`` file) into a `ModelRef`; `load_backend` loads it on
+the engine `ffwd.config.choose_backend` picks. On llama.cpp a GGUF file runs
+as it is. Only the tokenizer (always) and the weights for the transformers
+engine are converted by transformers, which is slow (the tokenizer takes
+seconds, the weights ~20 s), so converted copies are cached under
+`ffwd.config.cache_dir()` and reused on the next load.
 """
 
 from __future__ import annotations
@@ -203,29 +205,81 @@ def load_model(
 def load_backend(
     spec: str | os.PathLike[str] | ModelRef = DEFAULT_MODEL,
     *,
+    backend: str = "auto",
     dtype: str = "auto",
     device: str = "auto",
     prefill_chunk: int = 512,
     threads: int = 0,
+    context: int = 0,
+    llamacpp_log: bool = False,
+    tokenizer: Any = None,
 ) -> Any:
-    """An `ffwd.engine.hf.HFBackend` for `spec` (see `load_model`)."""
+    """The engine for `spec`: a `LlamaCppBackend` or an `HFBackend` (`choose_backend`).
+
+    On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
+    `tokenizer` is given, must share its vocabulary (`check_vocab`).
+    """
+    from ffwd.config import choose_backend, resolve_backend
+    from ffwd.engine.cost import load_or_measure
+
+    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
+    dev = resolve_device(device)
+    kind = choose_backend(resolve_backend(backend), gguf=ref.gguf_file is not None, device=dev)
+    if kind == "llamacpp":
+        from ffwd.engine.llamacpp import LlamaCppBackend
+
+        engine = LlamaCppBackend(
+            ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk, log=llamacpp_log
+        )
+        if tokenizer is not None:
+            check_vocab(engine, tokenizer, ref.name)
+        # The GGUF file fixes the weights' types, and the cache key names the file.
+        engine.cost = load_or_measure(
+            engine, cost_curve_path(ref, "llamacpp", "gguf", "cpu", engine.threads))
+        return engine
     import torch
 
-    from ffwd.engine.cost import load_or_measure
     from ffwd.engine.hf import HFBackend
 
     if threads > 0:
         torch.set_num_threads(threads)
-    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
-    model = load_model(ref, dtype=dtype, device=device)
-    backend = HFBackend(model, prefill_chunk=prefill_chunk)
-    backend.cost = load_or_measure(backend, cost_curve_path(
-        ref, "transformers", str(model.dtype).removeprefix("torch."), str(backend.device),
+    model = load_model(ref, dtype=dtype, device=dev)
+    hf = HFBackend(model, prefill_chunk=prefill_chunk)
+    hf.cost = load_or_measure(hf, cost_curve_path(
+        ref, "transformers", str(model.dtype).removeprefix("torch."), str(hf.device),
         torch.get_num_threads(),
     ))
-    return backend
+    return hf
 
 
 def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, threads: int) -> Path:
     """Where a model's measured forward costs are cached (per backend, dtype, device, threads)."""
     return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{dtype}-{device}-t{threads}.json"
+
+
+def check_vocab(backend: Any, tokenizer: Any, name: str) -> None:
+    """Raise unless `tokenizer` and llama.cpp's vocabulary agree on size and end ids.
+
+    The tokenizer renders and reads every id the engine sees, so both must be
+    the same vocabulary; every id the tokenizer ends a turn with must be one
+    llama.cpp ends generation at, spelled the same.
+    """
+    from ffwd.templates.rows import default_eos_ids
+
+    n = len(tokenizer)
+    if n != backend.vocab_size:
+        raise ValueError(
+            f"{name}: the tokenizer has {n} ids but llama.cpp's vocabulary has "
+            f"{backend.vocab_size}: they are not the same vocabulary"
+        )
+    for i in sorted(set(default_eos_ids(tokenizer)) | backend.eos_ids):
+        ours, theirs = tokenizer.convert_ids_to_tokens(i), backend.token_text(i)
+        if ours != theirs:
+            raise ValueError(
+                f"{name}: id {i} is {ours!r} to the tokenizer but {theirs!r} to llama.cpp"
+            )
+        if i not in backend.eos_ids:
+            raise ValueError(
+                f"{name}: the tokenizer ends turns with id {i} ({ours!r}), which llama.cpp "
+                f"does not treat as an end of generation (its ids: {sorted(backend.eos_ids)})"
+            )

@@ -151,7 +151,7 @@ def run_bench(
     load_before = _load_average()
     ref = resolve_model(args.model)
     tokenizer = load_tokenizer(ref)
-    backend = load_backend(ref, dtype=args.dtype, threads=args.threads)
+    backend = load_backend(ref, backend="transformers", dtype=args.dtype, threads=args.threads)
     # FFWD_FILL_* settings (k, max span, ...) apply; each system sets the mode.
     # No prompt cache: every system prefills every prompt from scratch.
     fill = resolve_fill_config()

@@ -2,11 +2,13 @@
 
 Public API
 ----------
-``ffwd.models.load_backend(spec="default", *, dtype="auto", device="auto",
-prefill_chunk=512, threads=0) -> HFBackend`` and ``ffwd.models.load_tokenizer``.
+``ffwd.models.load_backend(spec="default", *, backend="auto", dtype="auto",
+device="auto", prefill_chunk=512, threads=0, context=0, llamacpp_log=False,
+tokenizer=None) -> LlamaCppBackend | HFBackend`` and ``ffwd.models.load_tokenizer``.
 
-`backend.Backend` (protocol), implemented by `hf.HFBackend(model, *, eos_ids=None,
-prefill_chunk=512)`:
+`backend.Backend` (protocol), implemented by `llamacpp.LlamaCppBackend(path, *,
+n_ctx=0, threads=0, n_batch=512, log=False)` and `hf.HFBackend(model, *,
+eos_ids=None, prefill_chunk=512)`:
     ``prefill(ids) -> int`` (ids reused from the cache), ``forward(ids) ->
     (len, vocab)`` logits, ``append(ids) -> (vocab,)`` last-row logits,
     ``rewind(n)``, ``can_rewind``, ``rewindable``, ``checkpoint()`` /

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from ffwd.config import FILL_MODES, resolve_engine_config, resolve_fill_config
@@ -27,9 +28,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    parser.add_argument("--dtype", default=None, help="auto|float32|bfloat16 (FFWD_DTYPE)")
+    parser.add_argument("--backend", default=None, help="auto|llamacpp|transformers (FFWD_BACKEND)")
+    parser.add_argument("--dtype", default=None,
+                        help="auto|float32|bfloat16, transformers only (FFWD_DTYPE)")
     parser.add_argument("--device", default=None, help="auto|cpu|cuda (FFWD_DEVICE)")
-    parser.add_argument("--threads", default=None, help="torch threads (FFWD_THREADS)")
+    parser.add_argument("--threads", default=None, help="compute threads (FFWD_THREADS)")
     parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
     parser.add_argument("--tool-format", default=None,
                         help="template choice as in `ffwd serve` (default: detected)")
@@ -54,9 +57,10 @@ def main(args: argparse.Namespace) -> int:
     from ffwd.models import load_backend, load_tokenizer, resolve_model
 
     try:
-        engine = resolve_engine_config(
-            overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}
-        )
+        engine = resolve_engine_config(overrides={
+            "backend": args.backend, "dtype": args.dtype, "device": args.device,
+            "threads": args.threads,
+        })
         fill = resolve_fill_config(
             overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}
         )
@@ -68,11 +72,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"ffwd generate: {exc}", file=sys.stderr)
         return 2
     tokenizer = load_tokenizer(ref)
-    backend = load_backend(
-        ref, dtype=engine.dtype, device=engine.device,
-        prefill_chunk=engine.prefill_chunk, threads=engine.threads,
-    )
     try:
+        backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
         ids = prompt_ids(tokenizer, args.prompt, args.raw, args.tool_format)
     except ValueError as exc:
         print(f"ffwd generate: {exc}", file=sys.stderr)

@@ -46,13 +46,19 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default: {DEFAULT_PROMPT_CACHE_BYTES})")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
+    p.add_argument("--backend", default=None,
+                   help="auto|llamacpp|transformers (FFWD_BACKEND; default: auto = llama.cpp "
+                   "for a .gguf on the CPU, else transformers)")
     p.add_argument("--dtype", default=None,
-                   help="auto|float32|bfloat16|float16 (FFWD_DTYPE; default: auto = bfloat16 on "
-                   "CUDA and on CPUs with native bfloat16, else float32)")
+                   help="transformers: auto|float32|bfloat16|float16 (FFWD_DTYPE; default: auto "
+                   "= bfloat16 on CUDA and on CPUs with native bfloat16, else float32)")
     p.add_argument("--device", default=None,
                    help="auto|cpu|cuda|cuda:N (FFWD_DEVICE; default: auto = cuda when available)")
     p.add_argument("--threads", default=None,
-                   help="torch threads, 0 = torch's default (FFWD_THREADS; default: 0)")
+                   help="compute threads, 0 = torch's default (FFWD_THREADS; default: 0)")
+    p.add_argument("--context", default=None,
+                   help="llama.cpp context in ids, 0 = the model's up to 8192 (FFWD_CONTEXT; "
+                   "default: 0)")
     g = p.add_argument_group("fill (each overrides its FFWD_FILL* variable)")
     g.add_argument("--fill", default=None, choices=FILL_MODES,
                    help=f"FFWD_FILL (default for the server: {SERVER_DEFAULT_FILL})")
@@ -78,9 +84,10 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
         "candidates": args.fill_candidates, "index_max": args.fill_index_max,
         "trace": args.fill_trace, "grammar": args.grammar,
     }, default_mode=SERVER_DEFAULT_FILL)
-    engine = resolve_engine_config(
-        overrides={"dtype": args.dtype, "device": args.device, "threads": args.threads}
-    )
+    engine = resolve_engine_config(overrides={
+        "backend": args.backend, "dtype": args.dtype, "device": args.device,
+        "threads": args.threads, "context": args.context,
+    })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine
 
@@ -125,15 +132,20 @@ def main(args: argparse.Namespace) -> int:
     from ffwd.serve.service import load_service
 
     with tqdm(total=3, desc=f"loading {ref.name}", unit="step", file=sys.stderr) as bar:
-        service = load_service(
-            args.model, engine, fill, tool_format=args.tool_format,
-            prompt_cache_bytes=args.prompt_cache_bytes, on_step=lambda name: bar.update(),
-        )
+        try:
+            service = load_service(
+                args.model, engine, fill, tool_format=args.tool_format,
+                prompt_cache_bytes=args.prompt_cache_bytes, on_step=lambda name: bar.update(),
+            )
+        except ValueError as exc:  # no engine for this model here, or a foreign tokenizer
+            print(f"ffwd serve: {exc}", file=sys.stderr)
+            return 2
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
                      max_body_bytes=args.max_body_bytes)
     print(f"greedy determinism: {loaded_promise(service.backend)[1]}", file=sys.stderr)
     print(
-        f"ffwd serving {ref.name} ({service.format_name} tools, fill {fill.fill}) "
+        f"ffwd serving {ref.name} on {getattr(service.backend, 'engine', 'transformers')} "
+        f"({service.format_name} tools, fill {fill.fill}) "
         f"at http://{args.host}:{args.port}/v1",
         file=sys.stderr, flush=True,
     )

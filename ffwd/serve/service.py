@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ffwd.config import EngineConfig, FillConfig, SettingError
@@ -83,7 +83,8 @@ class ModelService:
         self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
         cfg = getattr(getattr(backend, "model", None), "config", None)
         self.context_window = context_window or int(
-            getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW
+            getattr(backend, "context_window", 0)  # llama.cpp: the context it allocated
+            or getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW
         )
         # Saved states need a checkpointable cache; without one only the live cache is reused.
         can_save = getattr(backend, "can_checkpoint", False) and hasattr(backend, "save_state")
@@ -291,10 +292,7 @@ def load_service(
     ref = resolve_model(model)
     tokenizer = load_tokenizer(ref)
     step("tokenizer")
-    backend = load_backend(
-        ref, dtype=engine.dtype, device=engine.device,
-        prefill_chunk=engine.prefill_chunk, threads=engine.threads,
-    )
+    backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
     step("weights")
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.config import EngineConfig, resolve_engine_config
+from ffwd.config import EngineConfig, choose_backend, resolve_engine_config
 from ffwd.models import resolve_dtype
 
 
 def test_defaults_env_and_overrides() -> None:
     assert resolve_engine_config({}) == EngineConfig()
     env = {"FFWD_DTYPE": "bf16", "FFWD_DEVICE": "cpu", "FFWD_THREADS": "2",
-           "FFWD_PREFILL_CHUNK": "128"}
-    cfg = resolve_engine_config(env, {"dtype": "float32", "threads": None})
-    assert cfg == EngineConfig(dtype="float32", device="cpu", threads=2, prefill_chunk=128)
+           "FFWD_PREFILL_CHUNK": "128", "FFWD_BACKEND": "LlamaCpp", "FFWD_CONTEXT": "2048",
+           "FFWD_LLAMACPP_LOG": "1"}
+    cfg = resolve_engine_config(env, {"dtype": "float32", "threads": None, "backend": "auto"})
+    assert cfg == EngineConfig(backend="auto", dtype="float32", device="cpu", threads=2,
+                               prefill_chunk=128, context=2048, llamacpp_log=True)
 
 
 @pytest.mark.parametrize(
     ("env", "name"),
     [({"FFWD_DTYPE": "int8"}, "FFWD_DTYPE"), ({"FFWD_DEVICE": "tpu"}, "FFWD_DEVICE"),
-     ({"FFWD_PREFILL_CHUNK": "0"}, "FFWD_PREFILL_CHUNK"), ({"FFWD_THREADS": "-1"}, "FFWD_THREADS")],
+     ({"FFWD_PREFILL_CHUNK": "0"}, "FFWD_PREFILL_CHUNK"), ({"FFWD_THREADS": "-1"}, "FFWD_THREADS"),
+     ({"FFWD_BACKEND": "vllm"}, "FFWD_BACKEND"), ({"FFWD_CONTEXT": "-5"}, "FFWD_CONTEXT"),
+     ({"FFWD_LLAMACPP_LOG": "loud"}, "FFWD_LLAMACPP_LOG")],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], name: str) -> None:
     with pytest.raises(ValueError, match=name):
@@ -37,3 +41,20 @@ def test_dtype_resolution() -> None:
     assert resolve_dtype("float32", "cpu") == torch.float32
     assert resolve_dtype("auto", "cuda") == torch.bfloat16
     assert resolve_dtype("auto", "cpu") in (torch.float32, torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    ("requested", "gguf", "device", "engine"),
+    [("auto", True, "cpu", "llamacpp"), ("auto", False, "cpu", "transformers"),
+     ("auto", True, "cuda", "transformers"), ("auto", True, "cuda:1", "transformers"),
+     ("transformers", True, "cpu", "transformers"), ("llamacpp", True, "cpu", "llamacpp")],
+)
+def test_choose_backend(requested: str, gguf: bool, device: str, engine: str) -> None:
+    assert choose_backend(requested, gguf=gguf, device=device) == engine  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("gguf", "device", "says"),
+                         [(False, "cpu", "runs .gguf files"), (True, "cuda", "runs on the CPU")])
+def test_llamacpp_where_it_cannot_run_is_an_error(gguf: bool, device: str, says: str) -> None:
+    with pytest.raises(ValueError, match=f"FFWD_BACKEND=llamacpp {says}"):
+        choose_backend("llamacpp", gguf=gguf, device=device)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import torch
+from backends import make_backend
 from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 from ffwd.config import FillConfig
@@ -28,7 +29,7 @@ def run(
     plan: FillPlan | None = None,
     **kw: Any,
 ) -> GenerationResult:
-    backend = tiny_backend(family, eos=eos)
+    backend = make_backend(family if ":" in family else f"transformers:{family}", eos)
     prompt = repetitive_prompt(0) if prompt is None else prompt
     if fill is not None and plan is None:
         plan = FillPlan()
@@ -37,7 +38,8 @@ def run(
 
 
 @pytest.mark.parametrize("probe", [True, False], ids=["probe-first", "combined"])
-@pytest.mark.parametrize("family", ["llama", "qwen2_sliding", "lfm2", "qwen3_next", "falcon_h1"])
+@pytest.mark.parametrize("family", ["llama", "qwen2_sliding", "lfm2", "qwen3_next", "falcon_h1",
+                                    "llamacpp:llama", "llamacpp:gemma3", "llamacpp:mamba"])
 def test_greedy_echo_is_identical_to_off_with_fewer_forwards(family: str, probe: bool) -> None:
     off_calls = echo_calls = accepted = rejected = 0
     for seed in range(3):
@@ -150,7 +152,7 @@ def test_forced_opening_is_injected_before_the_first_sample() -> None:
     )
 
 
-@pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1"])
+@pytest.mark.parametrize("family", ["qwen3_next", "falcon_h1", "llamacpp:mamba"])
 def test_recurrent_verify_checkpoints_and_counts(family: str) -> None:
     prompt = repetitive_prompt(1)
     off = run(family, prompt)

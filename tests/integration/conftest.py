@@ -10,7 +10,7 @@ from live_server import Server
 
 @pytest.fixture(scope="session")
 def server() -> Iterator[Server]:
-    s = Server("--fill", "echo", "--dtype", "float32")
+    s = Server("--fill", "echo")  # llama.cpp: auto for the embedded GGUF on the CPU
     yield s
     s.stop()
 
@@ -18,6 +18,6 @@ def server() -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def guarded_server() -> Iterator[Server]:
     """With an API key and a one-request queue."""
-    s = Server("--api-key", "s3cret", "--max-queue", "1", "--dtype", "float32")
+    s = Server("--api-key", "s3cret", "--max-queue", "1")
     yield s
     s.stop()

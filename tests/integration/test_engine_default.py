@@ -1,6 +1,8 @@
-"""The decode loop on the embedded SmolLM2-135M-Instruct (float32, CPU).
+"""The decode loop on the embedded SmolLM2-135M-Instruct, on both engines.
 
-Includes a forced Hermes tool call: strict rows fire and the call parses.
+llama.cpp runs the Q4_1 GGUF as it is (its batched and one-at-a-time forwards
+agree exactly there); transformers runs the float32 copy. Includes a forced
+Hermes tool call: strict rows fire and the call parses.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from ffwd.cli import main as ffwd_main
 from ffwd.config import FillConfig
 from ffwd.engine.cli import prompt_ids
 from ffwd.engine.generate import generate
+from ffwd.engine.llamacpp import LlamaCppBackend
 from ffwd.fill import FillPlan
-from ffwd.models import load_backend, load_tokenizer
+from ffwd.models import check_vocab, load_backend, load_tokenizer
 from ffwd.templates.render import render_chat, resolve_template
 from ffwd.templates.rows import compile_tools, default_eos_ids
 
@@ -47,12 +50,20 @@ def tokenizer() -> Any:
     return load_tokenizer("default")
 
 
-@pytest.fixture(scope="module")
-def backend() -> Any:
-    return load_backend("default", dtype="float32")
+@pytest.fixture(scope="module", params=["llamacpp", "transformers"])
+def backend(request: pytest.FixtureRequest, tokenizer: Any) -> Any:
+    return load_backend("default", backend=request.param, dtype="float32", tokenizer=tokenizer)
 
 
-def test_greedy_echo_is_identical_to_off_in_float32(backend: Any, tokenizer: Any) -> None:
+def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
+    b = load_backend("default", tokenizer=tokenizer)  # auto, CPU: the vocabulary check passed
+    assert isinstance(b, LlamaCppBackend) and b.vocab_size == len(tokenizer)
+    assert set(default_eos_ids(tokenizer)) <= b.eos_ids
+    with pytest.raises(ValueError, match="not the same vocabulary"):
+        check_vocab(b, load_tokenizer("gemma3"), "default")
+
+
+def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:
     ids = prompt_ids(tokenizer, QUOTE, raw=False)
     off = generate(backend, tokenizer, ids, max_tokens=64)
     echo = generate(
@@ -82,7 +93,7 @@ def test_stop_string_on_the_real_tokenizer(backend: Any, tokenizer: Any) -> None
 def test_ffwd_generate_json(capsys: pytest.CaptureFixture[str]) -> None:
     rc = ffwd_main([
         "generate", "--model", "default", "--prompt", "Say hello.", "--max-tokens", "12",
-        "--dtype", "float32", "--fill", "echo", "--json",
+        "--fill", "echo", "--json",
     ])
     assert rc == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

@@ -30,6 +30,12 @@ def test_greedy_promise(device: str, dtype: str, promised: bool) -> None:
     assert ok is promised and text.startswith("yes:" if promised else "no:")
 
 
+def test_greedy_promise_on_llama_cpp_holds_on_one_thread() -> None:
+    assert greedy_promise("llamacpp", "cpu", "gguf", threads=1)[0] is True
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf", threads=2)
+    assert ok is False and "--threads 1" in text
+
+
 def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
     assert ffwd_main(["info", "--json", "--dtype", "float32", "--device", "cpu",
                       "--threads", "1"]) == 0
@@ -37,11 +43,14 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     assert info["model"] == "SmolLM2-135M-Instruct" and Path(info["path"]).is_file()
     assert info["path"].endswith(".gguf") and info["size"].endswith("MiB")
     assert (info["backend"], info["device"], info["dtype"], info["threads"]) == (
-        "transformers", "cpu", "float32", "1")
+        "llamacpp", "cpu", "the GGUF file's own", "1")  # auto: the GGUF runs on llama.cpp
     assert info["tool_format"] == "hermes" and info["template"].startswith("builtin hermes")
     assert info["context_window"] == 8192 and info["vocab_size"] == 49152
     assert info["fill_served"] in ("off", "strict", "echo")
     assert info["greedy_deterministic"] is True
+    assert ffwd_main(["info", "--json", "--backend", "transformers", "--dtype", "float32"]) == 0
+    hf = json.loads(capsys.readouterr().out)
+    assert (hf["backend"], hf["dtype"]) == ("transformers", "float32")
     assert ffwd_main(["info", "--model", "/no/such/model"]) == 2
     assert "expected one of default" in capsys.readouterr().err
 

@@ -1,0 +1,387 @@
+"""The llama.cpp backend: a GGUF model through llama-cpp-python's C API, one sequence.
+
+Implements `ffwd.engine.backend.Backend` on the low-level `llama_cpp` module
+(not its `Llama` class): one context, one sequence (id 0), one reusable
+`llama_batch` whose per-row logits flags ask llama.cpp for exactly the rows
+a call returns: every row for `forward`, the last for `append` and prefill.
+On a 262k vocabulary the output head is a large share of a short forward,
+and each row copied out is 1 MB.
+
+What the cache can do:
+
+* attention (full or sliding window): `llama_memory_seq_rm` drops any tail.
+  The sliding-window cache is kept full size (`swa_full`), so ids that slid
+  out of the window are still there when a rewind brings them back into it.
+  A saved sequence state holds only the window's ids of those layers, so
+  after `restore`/`load_state` a rewind may go back only until the window
+  would need an id the state left out (`rewindable` says how far).
+* recurrent state (Mamba, RWKV) and hybrids that carry one: the state is
+  updated in place, so `can_rewind` is False and `checkpoint`/`restore` copy
+  the sequence state out and back (`llama_state_seq_get_data/set_data`).
+  `save_state`/`load_state` (the prompt cache) use the same copy on every
+  model.
+
+llama.cpp's own log lines go nowhere unless the backend is built with
+``log=True`` (FFWD_LLAMACPP_LOG=1).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ffwd.engine.cost import CostCurve
+
+DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
+_SEQ = 0  # the one sequence this backend runs
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    owner: int  # id() of the backend that took it
+    ids: tuple[int, ...]
+    data: ctypes.Array[ctypes.c_uint8]
+    size: int
+    last_logits: torch.Tensor | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheState:
+    """A whole sequence state saved for later (the serve layer's prompt cache keeps these)."""
+
+    ids: tuple[int, ...]
+    snapshot: _Snapshot
+    nbytes: int
+
+
+# --- process-wide set-up --------------------------------------------------------
+
+_init_lock = threading.Lock()
+_initialised = False
+_log_enabled = False
+
+
+def _lib() -> Any:
+    import llama_cpp
+
+    return llama_cpp
+
+
+def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    if _log_enabled and text:
+        sys.stderr.write(text.decode("utf-8", errors="replace"))
+
+
+_log_callback: Any = None  # the ctypes callback; kept alive as long as llama.cpp may call it
+
+
+def init_llama(log: bool = False) -> Any:
+    """Load the library once, route its log (dropped unless `log`), return the module."""
+    global _initialised, _log_enabled, _log_callback
+    lib = _lib()
+    with _init_lock:
+        _log_enabled = _log_enabled or log
+        if not _initialised:
+            _log_callback = lib.llama_log_callback(_on_log)
+            lib.llama_log_set(_log_callback, ctypes.c_void_p(0))
+            lib.llama_backend_init()
+            _initialised = True
+    return lib
+
+
+def system_info() -> str:
+    """llama.cpp's build line: the instruction sets it was compiled for (AVX2 = 1 ...)."""
+    return str(init_llama().llama_print_system_info().decode("utf-8", errors="replace")).strip()
+
+
+def _load_model(lib: Any, path: str) -> Any:
+    params = lib.llama_model_default_params()
+    params.n_gpu_layers = 0  # this build runs on the CPU
+    model = lib.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        raise ValueError(f"{path}: llama.cpp cannot load this file as a GGUF model")
+    return model
+
+
+def _new_context(lib: Any, model: Any, n_ctx: int, n_batch: int, threads: int) -> Any:
+    params = lib.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = params.n_ubatch = n_batch
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = threads
+    params.swa_full = True  # see the module docstring
+    params.no_perf = True
+    ctx = lib.llama_init_from_model(model, params)
+    if not ctx:
+        lib.llama_model_free(model)
+        raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} ids")
+    return ctx
+
+
+def _free(lib: Any, batch: Any, ctx: Any, model: Any) -> None:
+    lib.llama_batch_free(batch)
+    lib.llama_free(ctx)
+    lib.llama_model_free(model)
+
+
+# --- the backend --------------------------------------------------------------------
+
+
+class LlamaCppBackend:
+    """A GGUF model on llama.cpp and its sequence cache; implements `Backend`."""
+
+    engine = "llama.cpp"
+    device = torch.device("cpu")
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        n_ctx: int = 0,
+        threads: int = 0,
+        n_batch: int = 512,
+        log: bool = False,
+    ) -> None:
+        if n_batch < 1 or n_ctx < 0 or threads < 0:
+            raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}: out of range")
+        self.path = os.fspath(path)
+        lib = self._lib = init_llama(log)
+        model = _load_model(lib, self.path)
+        self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
+        self._vocab = int(lib.llama_vocab_n_tokens(vocab))
+        self._eos = frozenset(i for i in range(self._vocab) if lib.llama_vocab_is_eog(vocab, i))
+        self.recurrent = bool(lib.llama_model_is_recurrent(model)
+                              or lib.llama_model_is_hybrid(model))
+        self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
+        self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
+        self.threads = threads or torch.get_num_threads()
+        self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads)
+        self._mem = lib.llama_get_memory(self._ctx)
+        self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        for i in range(n_batch):  # every row belongs to the one sequence
+            self._batch.n_seq_id[i] = 1
+            self._batch.seq_id[i][0] = _SEQ
+        self._max_append = n_batch
+        self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
+        self._forward_calls = 0
+        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
+        self._ids: list[int] = []
+        self._last: torch.Tensor | None = None
+
+    def close(self) -> None:
+        """Free the context and the model now (the backend is unusable afterwards)."""
+        self._finalizer()
+
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary entry of `token_id` as llama.cpp stores it."""
+        text = self._lib.llama_vocab_get_text(self._vocab_ptr, token_id)
+        return bytes(text or b"").decode("utf-8", errors="replace")
+
+    # --- facts ----------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def max_append(self) -> int:
+        return self._max_append
+
+    @property
+    def context_window(self) -> int:
+        return self.n_ctx
+
+    @property
+    def cache_len(self) -> int:
+        return len(self._ids)
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    @property
+    def forward_calls(self) -> int:
+        return self._forward_calls
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        if self._last is None:
+            raise RuntimeError("no logits yet: prefill or forward first")
+        return self._last
+
+    @property
+    def can_rewind(self) -> bool:
+        return not self.recurrent
+
+    @property
+    def rewindable(self) -> int:
+        if not self.can_rewind:
+            return 0
+        low = self._lib.llama_memory_seq_pos_min(self._mem, _SEQ) if self.n_swa else 0
+        if low <= 0:
+            return len(self._ids)
+        # Window layers hold positions from `low` on (a loaded state): the id after
+        # the cut still needs the n_swa ids before it.
+        return max(0, len(self._ids) - (low + self.n_swa))
+
+    @property
+    def can_checkpoint(self) -> bool:
+        return True
+
+    def span_cost(self, m: int) -> float:
+        if self.cost is None:
+            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
+        return self.cost.cost(m)
+
+    @property
+    def trims_freely(self) -> bool:
+        """Whether a saved state can be cut back to any prefix (plain attention only)."""
+        return self.can_rewind and not self.n_swa
+
+    # --- cache ----------------------------------------------------------
+    def reset(self) -> None:
+        self._lib.llama_memory_clear(self._mem, True)
+        self._ids = []
+        self._last = None
+
+    def rewind(self, n: int) -> None:
+        """Drop the last `n` ids from the cache; raise if the cache cannot."""
+        if n == 0:
+            return
+        if n < 0 or n > len(self._ids):
+            raise ValueError(f"rewind({n}) with {len(self._ids)} ids cached")
+        if not self.can_rewind:
+            raise RuntimeError(
+                f"{self.path}: this model keeps recurrent state, which cannot be rewound; "
+                "use checkpoint()/restore()"
+            )
+        if n > self.rewindable:
+            raise RuntimeError(
+                f"rewind({n}) reaches past the {self.rewindable} ids the sliding-window "
+                "layers of this loaded state still cover"
+            )
+        keep = len(self._ids) - n
+        if not self._lib.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
+            raise RuntimeError(f"llama.cpp refused to drop positions {keep}.. of the cache")
+        del self._ids[keep:]
+        self._last = None
+
+    def checkpoint(self) -> object:
+        """A copy of the sequence state (cache and ids) for `restore`."""
+        lib = self._lib
+        size = int(lib.llama_state_seq_get_size(self._ctx, _SEQ))
+        data = (ctypes.c_uint8 * max(size, 1))()
+        written = int(lib.llama_state_seq_get_data(self._ctx, data, size, _SEQ))
+        if written != size:
+            raise RuntimeError(f"llama.cpp wrote {written} of {size} state bytes")
+        return _Snapshot(id(self), tuple(self._ids), data, size, self._last)
+
+    def restore(self, checkpoint: object) -> None:
+        """Put the cache back exactly as it was at `checkpoint`."""
+        if not isinstance(checkpoint, _Snapshot) or checkpoint.owner != id(self):
+            raise ValueError("restore: not a checkpoint of this backend")
+        lib = self._lib
+        lib.llama_memory_seq_rm(self._mem, _SEQ, -1, -1)  # a whole sequence always goes
+        self._ids, self._last = [], None
+        if checkpoint.ids and not lib.llama_state_seq_set_data(
+            self._ctx, checkpoint.data, checkpoint.size, _SEQ
+        ):
+            raise RuntimeError("llama.cpp could not load the saved sequence state")
+        self._ids = list(checkpoint.ids)
+        self._last = checkpoint.last_logits
+
+    def save_state(self) -> CacheState:
+        """The whole sequence as it is now, for `load_state`."""
+        snap = self.checkpoint()
+        assert isinstance(snap, _Snapshot)
+        return CacheState(snap.ids, snap, snap.size)
+
+    def load_state(self, state: CacheState) -> None:
+        """Make the cache exactly what `save_state` saved."""
+        self.restore(state.snapshot)
+
+    # --- forwards ---------------------------------------------------------
+    def prefill(self, ids: list[int]) -> int:
+        """Make the cache hold `ids`; return how many leading ids were reused."""
+        if not ids:
+            raise ValueError("prefill of an empty prompt")
+        reuse = self._reusable_prefix(ids)
+        if reuse == 0:
+            self.reset()
+        else:
+            self.rewind(len(self._ids) - reuse)
+        rest = list(ids[reuse:])
+        for start in range(0, len(rest), self._max_append):
+            self._decode(rest[start : start + self._max_append], all_rows=False)
+        return reuse
+
+    def forward(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; float32 logits for every position, ``(len(ids), vocab)``."""
+        return self._decode(ids, all_rows=True)
+
+    def append(self, ids: list[int]) -> torch.Tensor:
+        """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
+        return self._decode(ids, all_rows=False)[-1]
+
+    def _reusable_prefix(self, ids: list[int]) -> int:
+        cached = self._ids
+        limit = min(len(cached), len(ids) - 1)  # the last id is always forwarded
+        n = 0
+        while n < limit and cached[n] == ids[n]:
+            n += 1
+        if n == len(cached) or len(cached) - n <= self.rewindable:
+            return n
+        return 0
+
+    def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
+        """One `llama_decode` of `ids` at the end of the cache; the rows asked for."""
+        n = len(ids)
+        if n == 0:
+            raise ValueError("forward of no ids")
+        if n > self._max_append:
+            raise ValueError(f"forward of {n} ids: max_append is {self._max_append}")
+        if len(self._ids) + n > self.n_ctx:
+            raise ValueError(
+                f"forward of {n} ids after {len(self._ids)}: the context holds {self.n_ctx}"
+            )
+        if min(ids) < 0 or max(ids) >= self._vocab:
+            raise ValueError(f"token ids must be in 0..{self._vocab - 1}")
+        # 1. fill the batch: positions continue the cache; logits only where read.
+        batch, pos0, flag = self._batch, len(self._ids), int(all_rows)
+        batch.n_tokens = n
+        for i, token in enumerate(ids):
+            batch.token[i] = token
+            batch.pos[i] = pos0 + i
+            batch.logits[i] = flag
+        batch.logits[n - 1] = 1
+        # 2. run it. A failure leaves the cache as it was, except a fatal one.
+        rc = self._lib.llama_decode(self._ctx, batch)
+        if rc != 0:
+            if rc < 0:
+                self.reset()  # processed micro-batches may remain: start clean
+            raise RuntimeError(f"llama_decode failed (code {rc}) on {n} ids after {pos0}")
+        self._forward_calls += 1
+        self._ids.extend(ids)
+        # 3. copy out the rows asked for.
+        rows = range(n) if all_rows else (n - 1,)
+        out = np.empty((len(rows), self._vocab), dtype=np.float32)
+        nbytes = self._vocab * 4
+        for j, i in enumerate(rows):
+            ptr = self._lib.llama_get_logits_ith(self._ctx, i)
+            if not ptr:
+                raise RuntimeError(f"llama.cpp has no logits for batch row {i}")
+            ctypes.memmove(out[j].ctypes.data, ptr, nbytes)
+        logits = torch.from_numpy(out)
+        self._last = logits[-1]
+        return logits

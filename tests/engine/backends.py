@@ -1,0 +1,51 @@
+"""Every backend on tiny models, by case name ``"<backend>:<family>"``.
+
+transformers cases run `tiny_models` (built from a config); llama.cpp cases
+run `tiny_gguf` files, written once per process into a temporary directory.
+(A plain module, like `tiny_models`.)
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tiny_gguf import write_tiny_gguf
+from tiny_models import tiny_backend
+
+CHUNK = 64  # ids per prefill forward (and the most per forward) in every case
+
+ATTENTION = ["transformers:llama", "transformers:qwen2_sliding", "transformers:lfm2",
+             "llamacpp:llama", "llamacpp:gemma3"]
+RECURRENT = ["transformers:qwen3_next", "transformers:falcon_h1", "llamacpp:mamba"]
+CASES = ATTENTION + RECURRENT
+
+_dir: Path | None = None
+
+
+def _gguf(family: str, eos: int | None) -> Path:
+    global _dir
+    if _dir is None:
+        _dir = Path(tempfile.mkdtemp(prefix="ffwd-tiny-gguf-"))
+        atexit.register(shutil.rmtree, _dir, True)
+    path = _dir / f"{family}-{eos}.gguf"
+    if not path.exists():
+        write_tiny_gguf(family, path, eos=eos)
+    return path
+
+
+def make_backend(case: str, eos: Sequence[int] = ()) -> Any:
+    """A fresh backend for `case` whose EOS ids are `eos` (llama.cpp: at most one)."""
+    kind, family = case.split(":")
+    if kind == "transformers":
+        return tiny_backend(family, eos=eos)
+    from ffwd.engine.llamacpp import LlamaCppBackend
+
+    if len(eos) > 1:
+        raise ValueError("the tiny GGUF files declare at most one EOS id")
+    path = _gguf(family, eos[0] if eos else None)
+    return LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1)

@@ -1,0 +1,68 @@
+"""What only the llama.cpp backend has: rows asked for, a quiet log, the vocabulary check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from backends import make_backend
+from tiny_gguf import piece
+
+from ffwd.engine.llamacpp import init_llama, system_info
+from ffwd.models import check_vocab
+
+
+def test_append_asks_llama_cpp_for_the_last_row_only() -> None:
+    b = make_backend("llamacpp:llama")
+    lib = init_llama()
+    b.prefill([5, 6, 7, 8])
+    b.forward([9, 10, 11])
+    assert all(lib.llama_get_logits_ith(b._ctx, i) for i in range(3))
+    b.append([12, 13, 14])
+    assert not lib.llama_get_logits_ith(b._ctx, 0)  # never computed, never copied
+    assert lib.llama_get_logits_ith(b._ctx, 2)
+
+
+def test_llama_cpp_logs_nothing_unless_asked(capfd: pytest.CaptureFixture[str]) -> None:
+    b = make_backend("llamacpp:mamba")
+    b.prefill([3, 4, 5])
+    assert b.append([6]).shape == (64,)
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_system_info_names_the_instruction_sets() -> None:
+    assert "CPU :" in system_info()
+
+
+class Tokenizer:
+    """The members `check_vocab` reads, over the tiny GGUF's vocabulary."""
+
+    def __init__(self, size: int = 64, eos: int = 2, names: dict[int, str] | None = None) -> None:
+        self.size, self.eos_token_id, self.unk_token_id = size, eos, 0
+        self.names = names or {}
+
+    def __len__(self) -> int:
+        return self.size
+
+    def convert_ids_to_tokens(self, i: int) -> str:
+        return self.names.get(i, piece(i))
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [0, 0]  # no turn-end marker is one token here
+
+
+def test_the_vocabulary_check_accepts_the_matching_tokenizer() -> None:
+    check_vocab(make_backend("llamacpp:llama", eos=(2,)), Tokenizer(), "tiny")
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "says"),
+    [(Tokenizer(size=65), "the tokenizer has 65 ids but llama.cpp's vocabulary has 64"),
+     (Tokenizer(eos=7), r"the tokenizer ends turns with id 7 \('t7'\), which llama.cpp"),
+     (Tokenizer(names={2: "</s>"}), r"id 2 is '</s>' to the tokenizer but '<c2>' to llama.cpp")],
+    ids=["size", "eos", "spelling"],
+)
+def test_the_vocabulary_check_refuses_another_tokenizer(tokenizer: Any, says: str) -> None:
+    with pytest.raises(ValueError, match=f"tiny: {says}"):
+        check_vocab(make_backend("llamacpp:llama", eos=(2,)), tokenizer, "tiny")
