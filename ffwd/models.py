@@ -219,13 +219,11 @@ def load_backend(
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
     `tokenizer` is given, must share its vocabulary (`check_vocab`).
     """
-    from ffwd.config import choose_backend, resolve_backend
     from ffwd.engine.cost import load_or_measure
 
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = resolve_device(device)
-    kind = choose_backend(resolve_backend(backend), gguf=ref.gguf_file is not None, device=dev)
-    if kind == "llamacpp":
+    if engine_for(ref, backend, dev) == "llamacpp":
         from ffwd.engine.llamacpp import LlamaCppBackend
 
         engine = LlamaCppBackend(
@@ -255,6 +253,14 @@ def load_backend(
 def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, threads: int) -> Path:
     """Where a model's measured forward costs are cached (per backend, dtype, device, threads)."""
     return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{dtype}-{device}-t{threads}.json"
+
+
+def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> str:
+    """``llamacpp`` or ``transformers``: what `load_backend` runs `ref` on (`choose_backend`)."""
+    from ffwd.config import choose_backend, resolve_backend
+
+    gguf = ref.gguf_file is not None
+    return choose_backend(resolve_backend(backend), gguf=gguf, device=resolve_device(device))
 
 
 def check_vocab(backend: Any, tokenizer: Any, name: str) -> None:

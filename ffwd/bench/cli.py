@@ -1,16 +1,18 @@
 """``ffwd bench``: every system on the same prompts, interleaved, then a report.
 
     ffwd bench [--workload tools|echo|prose|all] [--limit N] [--systems LIST]
-               [--model default|PATH] [--repeats R] [--out DIR] [--json] [--quick]
+               [--model default|PATH] [--backend auto|llamacpp|transformers]
+               [--repeats R] [--threads T] [--out DIR] [--json] [--quick]
 
-One model is loaded once (float32 unless ``--dtype``); all systems share it,
-its thread count and the prompt ids the service renders. Each system first
-runs one short untimed warm-up; then every (repeat, item) runs all systems
-back to back, starting from a different system each time (`schedule`), so
-machine noise lands on all alike. Writes ``DIR/results.json`` (environment,
-settings, every run, outputs, summary, speedups, correctness, replay bound,
-targets), ``DIR/report.md`` and ``DIR/speedup.png``; ``--json`` also prints
-the results to stdout.
+The ffwd systems are requests to ``ffwd serve`` processes, ``llama-server``
+to llama.cpp's own server, both over loopback HTTP (`ffwd.bench.systems`);
+all use the same thread count and the prompt ids this process renders with
+the service. Each system first runs one short untimed warm-up; then every
+(repeat, item) runs all systems back to back, starting from a different
+system each time (`schedule`), so machine noise lands on all alike. Writes
+``DIR/results.json`` (environment, settings, every run, outputs, summary,
+speedups, correctness, replay bound, targets), ``DIR/report.md`` and
+``DIR/speedup.png``; ``--json`` also prints the results to stdout.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
@@ -29,11 +32,17 @@ from typing import Any
 from ffwd.bench import report
 from ffwd.bench.systems import (
     ALL_SYSTEMS,
+    ENGINES,
     EXTRA_SYSTEMS,
+    FFWD_SYSTEMS,
+    LLAMA_SERVER,
+    LOOKUP_TOKENS,
+    NO_GRAMMAR,
     Outcome,
     System,
     chat_request,
     parses,
+    split_name,
 )
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
@@ -47,8 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"entries per BFCL category, edits and re-quotes, prose questions "
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS)))
+                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
+                        + " (an ffwd system may name its engine: ffwd-off:transformers)")
     parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
+    parser.add_argument("--backend", default="auto",
+                        help="engine of the ffwd systems: auto|llamacpp|transformers")
     parser.add_argument("--repeats", type=int, default=None,
                         help=f"runs of every item and system (default {DEFAULT_REPEATS}; "
                              f"--quick {QUICK_REPEATS})")
@@ -58,8 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{' + '.join(DEFAULT_BFCL)})")
     parser.add_argument("--seed", type=int, default=0, help="echo and prose selection")
     parser.add_argument("--dtype", default="float32",
-                        help="float32 (default: greedy identity is exact), bfloat16 or auto")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch default)")
+                        help="transformers: float32 (default: greedy identity is exact), "
+                             "bfloat16 or auto")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of every system (0: torch's default)")
     parser.add_argument("--quick", action="store_true",
                         help="a small slice with short outputs (a few minutes)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout")
@@ -82,24 +96,11 @@ def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
         "workload": item.workload, "item": item.id, "kind": item.kind, "system": system,
         "repeat": repeat, "tokens": o.tokens, "seconds": round(o.seconds, 4),
         "prefill_seconds": round(o.prefill_seconds, 4),
+        "first_token_seconds": round(o.first_token_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
         "parsed": parses(o, item) if item.workload.startswith("tools") else None,
     }
-
-
-def identity(
-    items: Sequence[Item], outputs: Mapping[str, Mapping[str, Any]], a: str, b: str
-) -> dict[str, tuple[int, int]]:
-    """Per workload: (items where `a` and `b` wrote the same content and calls, items compared)."""
-    out: dict[str, tuple[int, int]] = {}
-    for item in items:
-        pair = outputs.get(item.key, {})
-        if a not in pair or b not in pair:
-            continue
-        same, n = out.get(item.workload, (0, 0))
-        out[item.workload] = (same + (pair[a] == pair[b]), n + 1)
-    return out
 
 
 def main(args: argparse.Namespace) -> int:
@@ -128,53 +129,62 @@ def main(args: argparse.Namespace) -> int:
 
 def _system_names(raw: str) -> list[str]:
     names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if n not in (*ALL_SYSTEMS, *EXTRA_SYSTEMS)]
+    unknown = [n for n in names if not _known(n)]
     if unknown or not names:
         known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
         raise ValueError(f"--systems {raw!r}: expected some of {known}")
     return list(dict.fromkeys(names))
 
 
+def _known(name: str) -> bool:
+    base, engine = split_name(name)
+    served = (*FFWD_SYSTEMS, *EXTRA_SYSTEMS)
+    return base in (*ALL_SYSTEMS, *EXTRA_SYSTEMS) and (
+        engine is None or (base in served and engine in ENGINES))
+
+
 def run_bench(
     args: argparse.Namespace, names: list[str], limit: int, repeats: int
 ) -> dict[str, Any]:
-    """Load, run everything interleaved, and assemble the results dict."""
+    """Load, start the servers, run everything interleaved, assemble the results dict."""
     from transformers.utils import logging as hf_logging
 
-    from ffwd.bench.systems import build_systems
+    from ffwd.bench.fidelity import correctness
     from ffwd.bench.workloads import select
     from ffwd.config import resolve_fill_config
-    from ffwd.models import load_backend, load_tokenizer, resolve_model
+    from ffwd.models import engine_for, load_backend, load_tokenizer, resolve_model
     from ffwd.serve.service import ModelService
 
     hf_logging.set_verbosity_error()  # generate() warns about every greedy config
     load_before = _load_average()
     ref = resolve_model(args.model)
+    engine = engine_for(ref, args.backend)
+    threads = args.threads or torch_threads()
     tokenizer = load_tokenizer(ref)
-    backend = load_backend(ref, backend="transformers", dtype=args.dtype, threads=args.threads)
-    # FFWD_FILL_* settings (k, max span, ...) apply; each system sets the mode.
-    # No prompt cache: every system prefills every prompt from scratch.
+    backend = load_backend(ref, backend=engine, dtype=args.dtype, threads=threads,
+                           tokenizer=tokenizer)
+    # FFWD_FILL_* settings (k, max span, ...) apply; each request sets the mode.
     fill = resolve_fill_config()
     service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     bfcl = tuple(args.bfcl or DEFAULT_BFCL)
     items = select(workloads, limit, args.seed, bfcl, args.quick)
     prompts = {it.key: service.prepare_chat(chat_request(it, "off")).prompt_ids for it in items}
-    gguf = str(ref.path) if ref.gguf_file else None
-    systems, skipped = build_systems(names, service, gguf, torch_threads())
-    runs, firsts = _run_all(items, systems, repeats, prompts)
+    with ExitStack() as stack:
+        systems, skipped = start_systems(names, args, ref, engine, service, threads, stack)
+        runs, firsts = _run_all(items, systems, repeats, prompts)
     outputs = {key: {name: {"content": o.content, "calls": [list(c) for c in o.calls]}
                      for name, o in by_system.items()} for key, by_system in firsts.items()}
     summary = report.summarize(runs, [s.name for s in systems])
     sp = report.speedups(summary)
     bound = _bound(tokenizer, service.format_name, bfcl, limit) if "tools" in workloads else {}
+    env = environment(ref, backend, engine, threads, LLAMA_SERVER in [s.name for s in systems])
     return {
-        "environment": {**environment(ref, backend), "load_before": load_before,
-                        "load_after": _load_average()},
+        "environment": {**env, "load_before": load_before, "load_after": _load_average()},
         "settings": {
             "command": "ffwd bench " + " ".join(_argv()), "workloads": list(workloads),
             "limit": limit, "repeats": repeats, "seed": args.seed, "bfcl": list(bfcl),
-            "quick": args.quick, "systems": [s.name for s in systems],
+            "quick": args.quick, "systems": [s.name for s in systems], "backend": engine,
             "fill": {k: v for k, v in asdict(fill).items() if k not in ("fill", "trace")},
             "items": [{"key": it.key, "kind": it.kind, "max_tokens": it.max_tokens,
                        "prompt_tokens": len(prompts[it.key])} for it in items],
@@ -185,10 +195,51 @@ def run_bench(
         "summary": summary,
         "speedups": sp,
         "bound": bound,
-        "correctness": _correctness(items, outputs, firsts, service, prompts),
-        "targets": report.check_targets(summary, sp, bound),
+        "correctness": correctness(items, outputs, firsts, service, prompts),
+        "targets": report.check_targets(summary, sp, bound, engine),
         "default_fill": report.default_fill(sp),
     }
+
+
+def start_systems(
+    names: Sequence[str], args: argparse.Namespace, ref: Any, engine: str, service: Any,
+    threads: int, stack: ExitStack,
+) -> tuple[list[System], dict[str, str]]:
+    """The systems named (in that order), their servers started on `stack`; and why not."""
+    from ffwd.bench import servers
+    from ffwd.bench.systems import Decoder, FfwdHTTP, HFGenerate, LlamaServerHTTP
+
+    decoder = Decoder(service.tokenizer, service.format_name, frozenset(service.eos_ids))
+    started: dict[str, servers.ChildServer] = {}
+    built: list[System] = []
+    skipped: dict[str, str] = {}
+    hf_model: Any = getattr(service.backend, "model", None)
+    for name in names:
+        base, kind = split_name(name)
+        if base in FFWD_SYSTEMS or base in EXTRA_SYSTEMS:
+            kind = kind or engine
+            if kind == "llamacpp" and not ref.gguf_file:
+                skipped[name] = "llama.cpp runs GGUF files; this model is a HF directory"
+                continue
+            if kind not in started:
+                started[kind] = stack.enter_context(
+                    servers.ffwd_server(args.model, kind, threads, args.dtype))
+            fill = base.removeprefix("ffwd-").removesuffix(NO_GRAMMAR)
+            built.append(FfwdHTTP(started[kind].url, fill, name, not base.endswith(NO_GRAMMAR)))
+        elif base == LLAMA_SERVER:
+            if not ref.gguf_file:
+                skipped[name] = "llama-server runs GGUF files; this model is a HF directory"
+                continue
+            ctx = getattr(service.backend, "context_window", 0) or 8192
+            srv = stack.enter_context(servers.llama_server(str(ref.path), threads, ctx, 512))
+            built.append(LlamaServerHTTP(srv.url, decoder))
+        else:
+            if hf_model is None:
+                from ffwd.models import load_model
+
+                hf_model = load_model(ref, dtype=args.dtype, device="cpu")
+            built.append(HFGenerate(hf_model, decoder, LOOKUP_TOKENS if "lookup" in base else 0))
+    return built, skipped
 
 
 def _run_all(
@@ -219,61 +270,7 @@ def _run_all(
     return runs, firsts
 
 
-# --- correctness and the bound ---------------------------------------------------------
-
-
-def _correctness(
-    items: Sequence[Item], outputs: Mapping[str, Mapping[str, Any]],
-    firsts: Mapping[str, Mapping[str, Outcome]], service: Any, prompts: Mapping[str, list[int]],
-) -> dict[str, Any]:
-    differences = []
-    for item in items:
-        pair = outputs.get(item.key, {})
-        if {"ffwd-off", "hf-generate"} <= set(pair) and pair["ffwd-off"] != pair["hf-generate"]:
-            hf_ids = firsts[item.key]["hf-generate"].token_ids or []
-            differences.append({
-                "item": item.id, "workload": item.workload,
-                "explanation": explain_difference(service, item, prompts[item.key], hf_ids),
-            })
-    # A forced call (tool_choice=required) goes through the strict tier: there
-    # ffwd-echo must match ffwd-strict; ffwd-off decodes plainly and may not call.
-    free = [it for it in items if it.tool_choice != "required"]
-    forced = [it for it in items if it.tool_choice == "required"]
-    return {
-        "echo_vs_off": identity(free, outputs, "ffwd-echo", "ffwd-off"),
-        "echo_vs_strict": identity(forced, outputs, "ffwd-echo", "ffwd-strict"),
-        "strict_vs_off": identity(free, outputs, "ffwd-strict", "ffwd-off"),
-        "off_vs_hf": identity(items, outputs, "ffwd-off", "hf-generate"),
-        "off_vs_hf_differences": differences,
-    }
-
-
-def explain_difference(service: Any, item: Item, prompt_ids: list[int], hf_ids: list[int]) -> str:
-    """Where ffwd-off's greedy ids leave hf-generate's, and how close the two logits were.
-
-    Re-decodes plainly with the engine (the service reports text, not ids) and
-    scores both choices in one forward over prompt + the shared prefix.
-    """
-    import torch
-
-    from ffwd.engine.generate import generate
-
-    service.reset()
-    off = generate(service.backend, service.tokenizer, prompt_ids,
-                   max_tokens=item.max_tokens).token_ids
-    i = next((k for k, (a, b) in enumerate(zip(off, hf_ids, strict=False)) if a != b), None)
-    if i is None:
-        return (f"the same ids over the first {min(len(off), len(hf_ids))}; only where each "
-                "stopped differs")
-    x = torch.tensor([prompt_ids + hf_ids[:i]], device=service.backend.device)
-    with torch.no_grad():
-        row = service.backend.model(input_ids=x).logits[0, -1].float()
-    gap = float(row[off[i]] - row[hf_ids[i]])
-    dec = service.tokenizer.decode
-    why = "a near tie, rounded apart by different forward shapes" if abs(gap) < 1e-2 else (
-        "not a rounding tie")
-    return (f"first differs at output id {i}: ffwd-off {dec([off[i]])!r}, hf-generate "
-            f"{dec([hf_ids[i]])!r}; logit gap in one full forward {gap:+.2e} ({why})")
+# --- the bound ---------------------------------------------------------------------
 
 
 def _bound(tokenizer: Any, fmt: str, bfcl: Sequence[str], limit: int) -> dict[str, float]:
@@ -296,18 +293,31 @@ def torch_threads() -> int:
     return int(torch.get_num_threads())
 
 
-def environment(ref: Any, backend: Any) -> dict[str, Any]:
+def environment(
+    ref: Any, backend: Any, engine: str, threads: int, llama_server: bool
+) -> dict[str, Any]:
     import torch
     import transformers
 
-    return {
-        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": torch_threads(),
+    from ffwd.engine.llamacpp import system_info
+
+    model = getattr(backend, "model", None)
+    dtype = (str(next(model.parameters()).dtype).removeprefix("torch.") if model is not None
+             else "the GGUF file's own")
+    env = {
+        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads,
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "llama_cpp": _version("llama-cpp-python"),
-        "model": ref.name, "model_path": str(ref.path),
-        "dtype": str(next(backend.model.parameters()).dtype).removeprefix("torch."),
+        "llama_cpp_system_info": system_info(), "backend": engine,
+        "model": ref.name, "model_path": str(ref.path), "dtype": dtype,
         "device": str(backend.device),
     }
+    if llama_server:
+        from ffwd.bench.llama_server import system_info as server_info
+
+        env["xllamacpp"] = _version("xllamacpp")
+        env["llama_server_system_info"] = server_info()
+    return env
 
 
 def _cpu_name() -> str:

@@ -12,6 +12,8 @@ Throughput is output ids (injected ones included) per second of decoding
 speedup is the ratio of two systems' median throughputs. Where two systems
 wrote the same output this is their decode-time ratio; where outputs differ
 (a forced call against plain decoding) it still compares cost per token.
+End-to-end throughput divides the same ids by the whole requests' time
+(prefill, serving and HTTP included).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 BASELINE = "ffwd-off"
+LLAMA_SERVER = "llama-server"
 PROSE_BUDGET = 0.03  # prose: ffwd-echo may be at most 3% slower than ffwd-off
 
 
@@ -51,7 +54,10 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
     tokens = [sum(r["tokens"] for r in rs) for rs in reps.values()]
     decode = [s - p for s, p in zip(seconds, prefill, strict=True)]
     rates = [t / d if d > 0 else 0.0 for t, d in zip(tokens, decode, strict=True)]
+    e2e = [t / s if s > 0 else 0.0 for t, s in zip(tokens, seconds, strict=True)]
     every = [r for rs in reps.values() for r in rs]
+    first = [statistics.fmean(r.get("first_token_seconds", r["prefill_seconds"]) for r in rs)
+             for rs in reps.values()]
     n_tokens = sum(r["tokens"] for r in every)
     forwards = [r["forward_calls"] for r in every]
     accepted = sum(r["verify_accepted"] for r in every)
@@ -68,6 +74,8 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
         "seconds_max": max(seconds),
         "prefill_seconds": _median(prefill),
         "tokens_per_s": _median(rates),
+        "e2e_tokens_per_s": _median(e2e),
+        "first_token_seconds": _median(first),  # per request
         "forwards_per_token": (
             sum(forwards) / n_tokens if n_tokens and None not in forwards else None
         ),
@@ -109,8 +117,35 @@ def check_targets(
     summary: Mapping[str, Mapping[str, Mapping[str, Any]]],
     sp: Mapping[str, Any],
     bound: Mapping[str, float],
+    engine: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured value and whether it is met (None: not run)."""
+    """The issues' targets, each with the measured value and whether it is met (None: not run).
+
+    `engine` is what the bare ffwd systems ran on; the llama.cpp targets need it.
+    """
+    out = _fill_targets(summary, sp, bound)
+    if engine != "llamacpp":
+        return out
+    v = _overall_ratio(summary, BASELINE, LLAMA_SERVER)
+    out.append(_target("all workloads: ffwd-off vs llama-server (decode tok/s)", v, ">= 0.9x",
+                       None if v is None else v >= 0.9))
+    v = _e2e_ratio(summary, "tools/required", "ffwd-strict", LLAMA_SERVER)
+    out.append(_target("tools/required: ffwd-strict vs llama-server (end-to-end tok/s)", v,
+                       ">= 1.3x", None if v is None else v >= 1.3))
+    v = _ratio(sp, "tools/required", "ffwd-strict", BASELINE)
+    out.append(_target("tools/required: ffwd-strict vs ffwd-off on llama.cpp (decode tok/s)", v,
+                       ">= 1.3x", None if v is None else v >= 1.3))
+    v = _overall_ratio(summary, BASELINE, BASELINE + ":transformers")
+    out.append(_target("all workloads: ffwd-off on llama.cpp vs on transformers (decode tok/s)",
+                       v, ">= 4x", None if v is None else v >= 4.0))
+    return out
+
+
+def _fill_targets(
+    summary: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    sp: Mapping[str, Any],
+    bound: Mapping[str, float],
+) -> list[dict[str, Any]]:
     out = []
     for peer, goal in ((BASELINE, 2.0), ("hf-prompt-lookup", 1.2)):
         v = _ratio(sp, "echo", "ffwd-echo", peer)
@@ -132,6 +167,15 @@ def check_targets(
     out.append(_target("all workloads: ffwd-off vs hf-generate (decode tok/s)", v, ">= 1.0x",
                        None if v is None else v >= 1.0))
     return out
+
+
+def _e2e_ratio(
+    summary: Mapping[str, Mapping[str, Mapping[str, Any]]], workload: str, a: str, b: str
+) -> float | None:
+    rows = summary.get(workload, {})
+    if a not in rows or b not in rows or not rows[b]["e2e_tokens_per_s"]:
+        return None
+    return float(rows[a]["e2e_tokens_per_s"] / rows[b]["e2e_tokens_per_s"])
 
 
 def _overall_ratio(summary: Mapping[str, Mapping[str, Mapping[str, Any]]], a: str, b: str
@@ -171,9 +215,9 @@ def _pct(v: float | None) -> str:
 
 def main_table(summary: Mapping[str, Any], sp: Mapping[str, Any]) -> list[str]:
     lines = [
-        "| workload | system | items | tokens | wall s (min–max) | prefill s | decode tok/s "
-        "| fwd/token | injected | accepted | parse | vs ffwd-off |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| workload | system | items | tokens | wall s (min–max) | prefill s | first token s "
+        "| decode tok/s | e2e tok/s | fwd/token | injected | accepted | parse | vs ffwd-off |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for workload, systems in summary.items():
         for name, m in systems.items():
@@ -181,7 +225,8 @@ def main_table(summary: Mapping[str, Any], sp: Mapping[str, Any]) -> list[str]:
             lines.append(
                 f"| {workload} | {name} | {m['items']} | {m['tokens']:.0f} | "
                 f"{m['seconds']:.2f} ({m['seconds_min']:.2f}–{m['seconds_max']:.2f}) | "
-                f"{m['prefill_seconds']:.2f} | {m['tokens_per_s']:.1f} | "
+                f"{m['prefill_seconds']:.2f} | {m.get('first_token_seconds', 0.0):.3f} | "
+                f"{m['tokens_per_s']:.1f} | {m.get('e2e_tokens_per_s', 0.0):.1f} | "
                 f"{_num(m['forwards_per_token'])} | "
                 f"{_pct(m['injected_fraction'])} | {_pct(m['accepted_fraction'])} | "
                 f"{_pct(m['parse_rate'])} | {_num(vs, '{:.2f}x')} |"
@@ -203,16 +248,18 @@ def speedup_tables(sp: Mapping[str, Any]) -> list[str]:
 
 def correctness_lines(c: Mapping[str, Any]) -> list[str]:
     lines = ["| check | workload | identical | items |", "|---|---|---:|---:|"]
+    peers = (("off_vs_llama_server", "llama-server"), ("off_vs_hf_generate", "hf-generate"))
     for key, label in (("echo_vs_off", "ffwd-echo == ffwd-off"),
                        ("echo_vs_strict", "ffwd-echo == ffwd-strict (forced call)"),
                        ("strict_vs_off", "ffwd-strict == ffwd-off"),
-                       ("off_vs_hf", "ffwd-off == hf-generate")):
+                       *((k, f"ffwd-off == {p}") for k, p in peers)):
         for workload, (same, n) in c.get(key, {}).items():
             lines.append(f"| {label} | {workload} | {_pct(same / n if n else None)} | {n} |")
-    diffs = c.get("off_vs_hf_differences", [])
-    if diffs:
-        lines += ["", "ffwd-off vs hf-generate, where they differ:", ""]
-        lines += [f"- `{d['item']}` ({d['workload']}): {d['explanation']}" for d in diffs]
+    for key, peer in peers:
+        diffs = c.get(key + "_differences", [])
+        if diffs:
+            lines += ["", f"ffwd-off vs {peer}, where they differ:", ""]
+            lines += [f"- `{d['item']}` ({d['workload']}): {d['explanation']}" for d in diffs]
     return lines
 
 
@@ -222,7 +269,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     lines = [
         "# ffwd bench", "",
         f"Command: `{settings['command']}`", "",
-        f"Model {env['model']} ({env['model_path']}), dtype {env['dtype']}, "
+        f"Model {env['model']} ({env['model_path']}), ffwd systems on "
+        f"{env.get('backend', 'transformers')} (weights: {env['dtype']}), "
         f"{env['threads']} threads on {env['cpu']} ({env['cpu_count']} cores), "
         f"torch {env['torch']}, transformers {env['transformers']}, "
         f"llama-cpp-python {env.get('llama_cpp') or '—'}, Python {env['python']}. "
@@ -230,12 +278,20 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{env['load_before']} before, {env['load_after']} after. Fill settings: "
         + (", ".join(f"{k}={v}" for k, v in settings.get("fill", {}).items()) or "defaults")
         + ".", "",
+        *(f"{label}: `{env[key]}`  " for key, label in (
+            ("llama_cpp_system_info", "llama.cpp (ffwd)"),
+            ("llama_server_system_info", f"llama-server (xllamacpp {env.get('xllamacpp')})"))
+          if env.get(key)),
+        "",
         "## Results", "",
         "Medians over repeats of each workload's totals. wall s = whole requests (ffwd: "
-        "template, tool rows, prefill, decode, parse); prefill s = until decoding starts; "
+        "template, tool rows, prefill, decode, parse, HTTP); prefill s = until decoding "
+        "starts; first token s = until the first output reached the client (per request; "
+        "ffwd's tool-call parser holds back markup until a call's name is known); "
         "decode tok/s = output ids (injected included) per second after prefill, which "
-        "is what speedups compare; fwd/token = model forward calls (prefill included) per "
-        "output id; injected = share of output ids fast-forwarded; accepted = share of "
+        "is what speedups compare; e2e tok/s = the same ids over the whole requests; "
+        "fwd/token = model forward calls (prefill included) per output id; "
+        "injected = share of output ids fast-forwarded; accepted = share of "
         "verified (echo) ids the model agreed with; parse = outputs that parse as calls of "
         "listed functions.", "",
         *main_table(summary, sp),

@@ -1,45 +1,55 @@
 """The systems `ffwd bench` compares, each behind ``run(item, prompt_ids) -> Outcome``.
 
-* ``ffwd-off``, ``ffwd-strict``, ``ffwd-echo``: a served chat request through
-  `ModelService` (prepare: render, tokenize, compile tool rows and the
-  grammar; run: engine and tool-call parser), timed from the request to the
-  last event. ``ffwd-off`` decodes plainly, without the grammar, even for
-  ``tool_choice=required``, where the server itself would force the call.
-  ``ffwd-strict-nogrammar`` (not run by default) is ``ffwd-strict`` with
-  ``"ffwd": {"grammar": false}``: what the grammar adds to the strict tier.
-* ``hf-generate`` and ``hf-prompt-lookup``: transformers' ``model.generate``
-  (greedy; the second with ``prompt_lookup_num_tokens=10``) on the same
-  loaded model, from the same prompt ids.
-* ``llamacpp`` and ``llamacpp-lookup``: llama-cpp-python on the same GGUF
-  file (its own quantized weights), greedy, the second with its prompt-lookup
-  draft; built only when ``llama_cpp`` imports.
+* ``ffwd-off``, ``ffwd-strict``, ``ffwd-echo``: streamed chat requests to an
+  ``ffwd serve`` process (`ffwd.bench.servers`), timed by the client, so the
+  serving path (HTTP, template, tool rows, parsing) is in every figure. A
+  bare name runs on the bench's ``--backend``; ``ffwd-off:transformers`` (or
+  ``:llamacpp``) names the engine. ``ffwd-off`` sends a forced call
+  (``tool_choice=required``) as ``auto``: the same prompt, decoded plainly,
+  where the server would otherwise force the call through the strict tier,
+  and without the grammar. ``ffwd-strict-nogrammar`` (not run by default)
+  is ``ffwd-strict`` with ``"ffwd": {"grammar": false}``: what the grammar
+  adds to the strict tier.
+* ``llama-server``: llama.cpp's own server on the same GGUF, sent the very
+  prompt ids ffwd renders (``/completion`` takes ids), greedy, the same
+  ``max_tokens``, stopping at its end-of-generation ids.
+* ``hf-generate``, ``hf-prompt-lookup``: transformers' ``model.generate``
+  in this process (greedy; the second with ``prompt_lookup_num_tokens=10``).
 
-Every system starts from an empty cache, stops at an EOS id, at the item's
-``max_tokens``, or (``item.single_call``) once its output parses as a
-complete tool call, and returns the parsed content and calls.
+Every system starts from an empty cache and stops at an end id, at the item's
+``max_tokens``, or (``item.single_call``) once its output holds a complete
+call; the client parses each output the way the service does. Timings:
+``seconds`` is the whole request; ``first_token_seconds`` until the first
+output reached the client; ``prefill_seconds`` until the server started
+decoding (ffwd: the request minus its reported decode time; the others: the
+first output).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import httpx
+
 from ffwd.bench.workloads import Item
-from ffwd.serve.events import Event, Finished
 from ffwd.serve.protocol import ChatCompletionRequest
-from ffwd.serve.service import ModelService
 from ffwd.templates import formats
 
-FFWD_SYSTEMS = ("ffwd-off", "ffwd-strict", "ffwd-echo")
-NO_GRAMMAR = "-nogrammar"
+FFWD_FILLS = ("off", "strict", "echo")
+FFWD_SYSTEMS = tuple(f"ffwd-{f}" for f in FFWD_FILLS)
+ENGINES = ("llamacpp", "transformers")
+LLAMA_SERVER = "llama-server"
 HF_SYSTEMS = ("hf-generate", "hf-prompt-lookup")
-LLAMA_SYSTEMS = ("llamacpp", "llamacpp-lookup")
-ALL_SYSTEMS = (*FFWD_SYSTEMS, *HF_SYSTEMS, *LLAMA_SYSTEMS)
+ALL_SYSTEMS = (*FFWD_SYSTEMS, LLAMA_SERVER, *HF_SYSTEMS)
+NO_GRAMMAR = "-nogrammar"
 EXTRA_SYSTEMS = ("ffwd-strict" + NO_GRAMMAR,)  # accepted by --systems, not run by default
 LOOKUP_TOKENS = 10
+FLUSH_PROMPT = "0"  # a one-id request between runs: the next prompt shares no prefix with it
+TIMEOUT = httpx.Timeout(900.0, connect=10.0)
 
 
 @dataclass(slots=True)
@@ -50,12 +60,13 @@ class Outcome:
     calls: list[tuple[str, str]]  # (name, arguments as JSON text)
     tokens: int  # output ids, injected ones included, EOS excluded
     seconds: float  # the whole request
-    prefill_seconds: float = 0.0  # until decoding starts (ffwd: prepare + prompt forward)
+    prefill_seconds: float = 0.0  # until decoding started
+    first_token_seconds: float = 0.0  # until the first output reached the client
     forward_calls: int | None = None  # prefill included; None where unknown
     injected: int = 0
     verify_accepted: int = 0
     verify_rejected: int = 0
-    token_ids: list[int] | None = None  # peers only (ffwd's service reports text)
+    token_ids: list[int] | None = None  # peers only (ffwd's server reports text)
 
 
 class System(Protocol):
@@ -64,17 +75,28 @@ class System(Protocol):
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome: ...
 
 
+def split_name(name: str) -> tuple[str, str | None]:
+    """``"ffwd-off:transformers"`` -> ``("ffwd-off", "transformers")``; no engine: None."""
+    base, _, engine = name.partition(":")
+    return base, engine or None
+
+
+def chat_body(item: Item, fill: str, grammar: bool = True) -> dict[str, Any]:
+    """The greedy chat request `item` stands for (plain decoding, no grammar, for ``off``)."""
+    choice = item.tool_choice
+    if fill == "off" and choice not in (None, "auto", "none"):
+        choice = "auto"  # the same prompt; see the module docstring
+    return {
+        "model": "default", "messages": item.messages, "max_tokens": item.max_tokens,
+        "temperature": 0.0, "ffwd": {"fill": fill, "grammar": grammar and fill != "off"},
+        **({"tools": item.tools, "tool_choice": choice,
+            "parallel_tool_calls": not item.single_call} if item.tools else {}),
+    }
+
+
 def chat_request(item: Item, fill: str, grammar: bool = True) -> ChatCompletionRequest:
-    """The greedy chat request that `item` stands for, with fill mode `fill`."""
-    return ChatCompletionRequest.model_validate({
-        "messages": item.messages,
-        "tools": item.tools or None,
-        "tool_choice": item.tool_choice,
-        "max_tokens": item.max_tokens,
-        "temperature": 0.0,
-        "parallel_tool_calls": not item.single_call,
-        "ffwd": {"fill": fill, "grammar": grammar},
-    })
+    """`chat_body` as the server validates it (the bench renders prompts with it)."""
+    return ChatCompletionRequest.model_validate(chat_body(item, fill, grammar))
 
 
 def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -> Outcome:
@@ -85,36 +107,61 @@ def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -
     return Outcome(content, [(c.name, c.arguments) for c in parser.calls], 0, 0.0)
 
 
+def sse(client: httpx.Client, url: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream, until ``[DONE]`` or its end."""
+    with client.stream("POST", url, json=body) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.read().decode()[:500]}")
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line.removeprefix("data: ")
+            if data == "[DONE]":
+                return
+            yield json.loads(data)
+
+
 # --- ffwd ------------------------------------------------------------------------
 
 
-class FfwdSystem:
-    """A chat request through `ModelService`, as the server runs it."""
+class FfwdHTTP:
+    """Streamed chat requests to an ``ffwd serve`` process, with fill mode `fill`."""
 
-    def __init__(self, service: ModelService, fill: str, grammar: bool = True) -> None:
-        self.service = service
-        self.fill = fill
-        self.grammar = grammar and fill != "off"
-        self.name = f"ffwd-{fill}" + ("" if grammar else NO_GRAMMAR)
+    def __init__(self, url: str, fill: str, name: str, grammar: bool = True) -> None:
+        self.url, self.fill, self.name, self.grammar = url, fill, name, grammar
+        self.client = httpx.Client(timeout=TIMEOUT)
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
-        events: list[Event] = []
-        self.service.reset()  # no prompt cache carried over from the previous system
+        # The live cache would give the next request its prefix for free: replace it.
+        self.client.post(self.url + "/v1/completions",
+                         json={"prompt": FLUSH_PROMPT, "max_tokens": 1}).raise_for_status()
+        body = {**chat_body(item, self.fill, self.grammar), "stream": True,
+                "stream_options": {"include_usage": True}}
+        content: list[str] = []
+        calls: dict[int, list[str]] = {}
+        first: float | None = None
+        final: dict[str, Any] = {}
         t0 = time.perf_counter()
-        prep = self.service.prepare_chat(chat_request(item, self.fill, self.grammar))
-        if self.fill == "off":
-            prep = replace(prep, fill=replace(prep.fill, fill="off"))
-        self.service.run(prep, events.append, lambda: False)
+        for chunk in sse(self.client, self.url + "/v1/chat/completions", body):
+            for choice in chunk.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content") or delta.get("tool_calls"):
+                    first = first or time.perf_counter()
+                content.append(delta.get("content") or "")
+                for tc in delta.get("tool_calls") or []:
+                    call = calls.setdefault(tc["index"], ["", ""])
+                    call[0] += tc.get("function", {}).get("name") or ""
+                    call[1] += tc.get("function", {}).get("arguments") or ""
+            if chunk.get("usage"):
+                final = chunk
         seconds = time.perf_counter() - t0
-        done = events[-1]
-        assert isinstance(done, Finished)
-        info = done.ffwd
+        info, stats = final["ffwd"], final["ffwd"]["stats"]
         decode = info["seconds"] - info["prefill_seconds"]
         return Outcome(
-            done.content or "", [(c.name, c.arguments) for c in done.tool_calls],
-            done.usage.completion_tokens, seconds, seconds - decode, info["forward_calls"],
-            info["stats"]["injected"], info["stats"]["verify_accepted"],
-            info["stats"]["verify_rejected"],
+            "".join(content), [(n, a) for _, (n, a) in sorted(calls.items())],
+            final["usage"]["completion_tokens"], seconds, seconds - decode,
+            (first or time.perf_counter()) - t0, info["forward_calls"], stats["injected"],
+            stats["verify_accepted"], stats["verify_rejected"],
         )
 
 
@@ -150,7 +197,39 @@ class Decoder:
             out = out[:end] if end else out
         parsed = parse_output(self.format_name, item.tools, self.text(out))
         return replace(parsed, tokens=len(out), seconds=seconds, prefill_seconds=prefill,
-                       forward_calls=calls, token_ids=out)
+                       first_token_seconds=prefill, forward_calls=calls, token_ids=out)
+
+
+class LlamaServerHTTP:
+    """llama.cpp's server: ``/completion`` with ffwd's prompt ids, greedy, streamed."""
+
+    name = LLAMA_SERVER
+
+    def __init__(self, url: str, decoder: Decoder) -> None:
+        self.url, self.decoder = url, decoder
+        self.client = httpx.Client(timeout=TIMEOUT)
+
+    def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
+        body = {"prompt": prompt_ids, "n_predict": item.max_tokens, "temperature": 0.0,
+                "stream": True, "return_tokens": True, "cache_prompt": False}
+        out: list[int] = []
+        first: float | None = None
+        stopped_early = False
+        t0 = time.perf_counter()
+        for chunk in sse(self.client, self.url + "/completion", body):
+            if chunk.get("tokens"):
+                first = first or time.perf_counter()
+                out += chunk["tokens"]
+            if item.single_call and self.decoder.has_call(item, out):
+                stopped_early = not chunk.get("stop")
+                break
+        seconds = time.perf_counter() - t0
+        if stopped_early:
+            # The server may still be generating for the closed stream: wait it out
+            # (one slot, so a one-id request returns only once it is free).
+            self.client.post(self.url + "/completion",
+                             json={"prompt": prompt_ids[:1], "n_predict": 1, "cache_prompt": False})
+        return self.decoder.finish(item, out, seconds, (first or t0) - t0, None)
 
 
 # --- transformers generate --------------------------------------------------------
@@ -230,102 +309,6 @@ class _CallComplete:
 
         done = self.decoder.has_call(self.item, input_ids[0, self.prompt_len :].tolist())
         return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
-
-
-# --- llama.cpp ----------------------------------------------------------------------
-
-
-class LlamaCpp:
-    """llama-cpp-python on the GGUF file, greedy, optionally with its prompt-lookup draft."""
-
-    def __init__(self, gguf: str, decoder: Decoder, threads: int, lookup: int = 0) -> None:
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup) if lookup else None
-        # logits_all with the draft: llama-cpp-python 0.3.36 then keeps logits for
-        # every position, but sizes that buffer from the argument, so a prompt
-        # longer than n_batch overflows it unless the argument says so too.
-        self.llm = _counting_llama()(
-            model_path=gguf, n_ctx=4096, n_batch=512, n_threads=threads,
-            n_threads_batch=threads, draft_model=draft, logits_all=bool(lookup), verbose=False,
-        )
-        self.decoder = decoder
-        self.name = "llamacpp-lookup" if lookup else "llamacpp"
-
-    def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
-        out: list[int] = []
-        self.llm.reset()  # no prompt cache carried over
-        evals = self.llm.evals
-        t0 = time.perf_counter()
-        first: float | None = None
-        for tok in self.llm.generate(prompt_ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0,
-                                     repeat_penalty=1.0, reset=True):
-            first = first or time.perf_counter()
-            if tok in self.decoder.eos_ids:
-                break
-            out.append(tok)
-            if len(out) >= item.max_tokens or (
-                item.single_call and self.decoder.has_call(item, out)
-            ):
-                break
-        seconds = time.perf_counter() - t0
-        return self.decoder.finish(item, out, seconds, (first or t0) - t0, self.llm.evals - evals)
-
-
-def _counting_llama() -> Any:
-    """`llama_cpp.Llama` that counts its `eval` calls (one per batch of ids it runs)."""
-    from llama_cpp import Llama
-
-    class CountingLlama(Llama):
-        evals = 0
-
-        def eval(self, tokens: Sequence[int]) -> None:
-            self.evals += 1
-            super().eval(tokens)
-
-    return CountingLlama
-
-
-# --- building ------------------------------------------------------------------------
-
-
-def llama_unavailable(gguf: str | None) -> str | None:
-    """Why the llama.cpp systems cannot run here, or None when they can."""
-    import importlib.util
-
-    if importlib.util.find_spec("llama_cpp") is None:
-        return "llama-cpp-python is not installed (pip install 'ffwd[llamacpp]')"
-    if gguf is None:
-        return "the model is not a GGUF file"
-    return None
-
-
-def build_systems(
-    names: Sequence[str], service: ModelService, gguf: str | None, threads: int
-) -> tuple[list[System], dict[str, str]]:
-    """The systems named (in that order) and, for those that cannot run, why."""
-    decoder = Decoder(service.tokenizer, service.format_name, service.backend.eos_ids)
-    model = service.backend.model
-    built: list[System] = []
-    skipped: dict[str, str] = {}
-    llama_reason = llama_unavailable(gguf) if set(names) & set(LLAMA_SYSTEMS) else None
-    for name in names:
-        if name in FFWD_SYSTEMS or name in EXTRA_SYSTEMS:
-            fill = name.removeprefix("ffwd-").removesuffix(NO_GRAMMAR)
-            built.append(FfwdSystem(service, fill, not name.endswith(NO_GRAMMAR)))
-        elif name in HF_SYSTEMS:
-            built.append(HFGenerate(model, decoder, LOOKUP_TOKENS if "lookup" in name else 0))
-        elif name in LLAMA_SYSTEMS:
-            if llama_reason is not None:
-                skipped[name] = llama_reason
-                continue
-            assert gguf is not None
-            lookup = LOOKUP_TOKENS if "lookup" in name else 0
-            built.append(LlamaCpp(gguf, decoder, threads, lookup))
-        else:
-            known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
-            raise ValueError(f"unknown system {name!r}: expected some of {known}")
-    return built, skipped
 
 
 def parses(outcome: Outcome, item: Item) -> bool:

@@ -21,6 +21,13 @@ What the cache can do:
   `save_state`/`load_state` (the prompt cache) use the same copy on every
   model.
 
+Fidelity: on the CPU a batched forward and one-id forwards give the same
+logits for Q4_1 weights until the cache spans 512 cells (256 ids); past that,
+with two or more threads, a one-id forward splits its attention over the
+threads (ggml's split-KV flash attention) and rounds differently, by up to
+~0.7 logits on the embedded model, so greedy fill can part from plain
+decoding at a near tie. With one thread they agree at any length.
+
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
 """

@@ -80,6 +80,27 @@ def test_targets_and_default() -> None:
     assert report.default_fill(report.speedups(report.summarize(slow)))["fill"] == "strict"
 
 
+def test_llama_cpp_targets_against_llama_server_and_transformers() -> None:
+    runs = [
+        run("tools/required", "ffwd-off", 0, 40, 3.5),  # 40 ids: 3.5 s decode, 4 s in all
+        run("tools/required", "ffwd-strict", 0, 40, 1.5),  # 2 s in all
+        run("tools/required", "llama-server", 0, 40, 2.5),  # 3 s in all
+        run("tools/required", "ffwd-off:transformers", 0, 40, 14.0),
+    ]
+    summary = report.summarize(runs)
+    sp = report.speedups(summary)
+    assert len(report.check_targets(summary, sp, {}, "transformers")) == 6  # no llama.cpp ones
+    targets = {t["target"]: t for t in report.check_targets(summary, sp, {}, "llamacpp")}
+    off = targets["all workloads: ffwd-off vs llama-server (decode tok/s)"]
+    assert off["value"] == pytest.approx(2.5 / 3.5) and off["met"] is False
+    e2e = targets["tools/required: ffwd-strict vs llama-server (end-to-end tok/s)"]
+    assert e2e["value"] == pytest.approx(3.0 / 2.0) and e2e["met"] is True
+    assert targets["tools/required: ffwd-strict vs ffwd-off on llama.cpp (decode tok/s)"][
+        "value"] == pytest.approx(3.5 / 1.5)
+    hf = targets["all workloads: ffwd-off on llama.cpp vs on transformers (decode tok/s)"]
+    assert hf["value"] == pytest.approx(4.0) and hf["met"] is True
+
+
 def test_missing_systems_are_not_run_rather_than_failed() -> None:
     summary = report.summarize([run("prose", "ffwd-off", 0, 10, 1.0)])
     sp = report.speedups(summary)
@@ -95,18 +116,21 @@ def test_markdown_has_every_section() -> None:
                         "cpu": "cpu", "cpu_count": 2, "torch": "t", "transformers": "x",
                         "python": "3.11", "load_before": [0.1], "load_after": [0.2]},
         "settings": {"command": "ffwd bench --quick", "repeats": 3},
-        "skipped": {"llamacpp": "llama-cpp-python is not installed"},
+        "skipped": {"llama-server": "llama-server runs GGUF files"},
         "summary": summary, "speedups": sp, "bound": {"required": 0.7},
-        "correctness": {"echo_vs_off": {"echo": (1, 1)}, "off_vs_hf": {"echo": (0, 1)},
-                        "off_vs_hf_differences": [{"item": "a", "workload": "echo",
-                                                   "explanation": "first differs at 3"}]},
+        "correctness": {"echo_vs_off": {"echo": (1, 1)},
+                        "off_vs_hf_generate": {"echo": (0, 1)},
+                        "off_vs_hf_generate_differences": [
+                            {"item": "a", "workload": "echo", "explanation": "first differs at 3"}
+                        ]},
         "targets": report.check_targets(summary, sp, {"required": 0.7}),
         "default_fill": report.default_fill(sp),
     }
     md = report.render_markdown(results)
-    row = "| echo | ffwd-echo | 1 | 100 | 3.00 (2.90–3.10) | 0.50 | 40.0 | 0.30 | 70% | 70% "
+    row = ("| echo | ffwd-echo | 1 | 100 | 3.00 (2.90–3.10) | 0.50 | 0.500 | 40.0 | 33.3 "
+           "| 0.30 | 70% | 70% ")
     for needle in (row + "| — | 4.00x |", "## Speedups", "## Replay bound (tools)",
-                   "| required | 70% | 60% | 60% |",
-                   "`llamacpp`: llama-cpp-python is not installed", "first differs at 3",
+                   "| required | 70% | 60% | 60% |", "| ffwd-off == hf-generate | echo | 0% | 1 |",
+                   "`llama-server`: llama-server runs GGUF files", "first differs at 3",
                    "Recommended default fill: **echo**", "ffwd bench --quick"):
         assert needle in md
