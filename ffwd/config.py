@@ -78,32 +78,42 @@ def _int_in(var: str, minimum: int, maximum: int | None = None) -> Callable[[obj
     return parse
 
 
+_ON, _OFF = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
+
+
 def _trace(raw: object) -> str | bool:
     """False (off), True (invariant checks only) or the path of a JSONL file."""
-    if raw is None or raw is False:
-        return False
-    if raw is True:
-        return True
+    if raw is None or isinstance(raw, bool):
+        return bool(raw)
     if isinstance(raw, str):
         s = raw.strip()
-        if s.lower() in ("", "0", "false", "off", "no"):
-            return False
-        if s.lower() in ("1", "true", "on", "yes"):
-            return True
-        return s
+        return True if s.lower() in _ON else False if s.lower() in _OFF else s
     raise SettingError("FFWD_FILL_TRACE", raw, "1, 0 or a path to a .jsonl file")
 
 
-def _on_off(raw: object) -> bool:
-    """on/off (1/0, true/false, yes/no) as a bool, or raise naming FFWD_GRAMMAR."""
-    if isinstance(raw, bool):
-        return raw
-    key = raw.strip().lower() if isinstance(raw, str) else None
-    if key in ("on", "1", "true", "yes"):
-        return True
-    if key in ("off", "0", "false", "no"):
-        return False
-    raise SettingError("FFWD_GRAMMAR", raw, "on or off (or 1/0)")
+def _flag(var: str, expected: str = "1 or 0") -> Callable[[object], bool]:
+    """A parser of on/off switches (1/0, true/false, on/off, yes/no; empty is off)."""
+
+    def parse(raw: object) -> bool:
+        s = raw.strip().lower() if isinstance(raw, str) else raw
+        if isinstance(raw, bool) or s in _ON or s in _OFF:
+            return bool(raw) if isinstance(raw, bool) else s in _ON
+        raise SettingError(var, raw, expected)
+
+    return parse
+
+
+def _choice(var: str, options: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> Any:
+    """A parser of one of `options` (any case; unset or empty is the first, the default)."""
+
+    def parse(raw: object) -> Any:
+        key = raw.strip().lower() if isinstance(raw, str) else "" if raw is None else raw
+        key = (aliases or {}).get(key, key) if isinstance(key, str) else key
+        if key == "" or key in options:
+            return key or options[0]
+        raise SettingError(var, raw, f"one of {'|'.join(options)}")
+
+    return parse
 
 
 # override key -> (environment variable, parser)
@@ -117,7 +127,7 @@ _FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "candidates": ("FFWD_FILL_CANDIDATES", _int_in("FFWD_FILL_CANDIDATES", 1, 1024)),
     "index_max": ("FFWD_FILL_INDEX_MAX", _int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
     "trace": ("FFWD_FILL_TRACE", _trace),
-    "grammar": ("FFWD_GRAMMAR", _on_off),
+    "grammar": ("FFWD_GRAMMAR", _flag("FFWD_GRAMMAR", "on or off (or 1/0)")),
 }
 # The JSON type each request override must have (strict: no "8" for 8, no true for 1).
 REQUEST_FILL_TYPES: dict[str, type] = {
@@ -253,106 +263,31 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 
 # --- engine settings ---------------------------------------------------------
 #
-#     FFWD_BACKEND        auto|llamacpp|transformers (see choose_backend)  auto
-#     FFWD_DTYPE          auto|float32|bfloat16|float16 (transformers)    auto
-#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                            auto
-#     FFWD_THREADS        compute threads, 0 = torch's default            0
-#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1            512
-#     FFWD_CONTEXT        llama.cpp context in ids, 0 = the model's,
-#                         at most 8192                                    0
-#     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr         0
+#     FFWD_BACKEND        auto|llamacpp|transformers (models.choose_backend)  auto
+#     FFWD_DTYPE          auto|float32|bfloat16|float16 (transformers)       auto
+#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                               auto
+#     FFWD_THREADS        compute threads, 0 = torch's default               0
+#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1               512
+#     FFWD_CONTEXT        llama.cpp context ids, 0 = the model's (<= 8192)   0
+#     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr            0
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
-
-
-def resolve_dtype(raw: object) -> Dtype:
-    """Map a raw FFWD_DTYPE value (or --dtype) to one of `DTYPES`, or raise naming FFWD_DTYPE."""
-    if raw is None:
-        return "auto"
-    key = raw.strip().lower() if isinstance(raw, str) else raw
-    aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "": "auto"}
-    key = aliases.get(key, key) if isinstance(key, str) else key
-    for d in DTYPES:
-        if key == d:
-            return d
-    raise SettingError("FFWD_DTYPE", raw, f"one of {'|'.join(DTYPES)}")
+resolve_dtype: Callable[[object], Dtype] = _choice(
+    "FFWD_DTYPE", DTYPES, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"})
 
 
 def resolve_device(raw: object) -> str:
     """auto, cpu, cuda or cuda:N; raise naming FFWD_DEVICE otherwise."""
-    if raw is None:
-        return "auto"
-    s = raw.strip().lower() if isinstance(raw, str) else ""
-    if s in ("", "auto"):
-        return "auto"
-    if s in ("cpu", "cuda") or (s.startswith("cuda:") and s[5:].isdigit()):
-        return s
+    s = raw.strip().lower() if isinstance(raw, str) else "" if raw is None else None
+    if s in ("", "auto", "cpu", "cuda") or (s and s.startswith("cuda:") and s[5:].isdigit()):
+        return s or "auto"
     raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
 
 
 BackendKind = Literal["auto", "llamacpp", "transformers"]
 BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
-
-
-def resolve_backend(raw: object) -> BackendKind:
-    """auto, llamacpp or transformers; raise naming FFWD_BACKEND otherwise."""
-    if raw is None:
-        return "auto"
-    key = raw.strip().lower() if isinstance(raw, str) else raw
-    for b in BACKENDS:
-        if key == b:
-            return b
-    if key == "":
-        return "auto"
-    raise SettingError("FFWD_BACKEND", raw, "|".join(BACKENDS))
-
-
-def choose_backend(
-    requested: BackendKind, *, gguf: bool, device: str
-) -> Literal["llamacpp", "transformers"]:
-    """The engine that runs a model: `requested`, or for ``auto`` by file and device.
-
-    `device` is the resolved one (cpu, cuda, cuda:N). llama.cpp runs GGUF files
-    on the CPU; transformers runs Hugging Face directories and anything on CUDA.
-
-    >>> choose_backend("auto", gguf=True, device="cpu")
-    'llamacpp'
-    >>> choose_backend("auto", gguf=True, device="cuda")
-    'transformers'
-    >>> choose_backend("auto", gguf=False, device="cpu")
-    'transformers'
-    """
-    on_cuda = device.startswith("cuda")
-    if requested == "llamacpp":
-        if not gguf:
-            raise ValueError(
-                "FFWD_BACKEND=llamacpp runs .gguf files; this model is a Hugging Face "
-                "directory (use --backend transformers or auto)"
-            )
-        if on_cuda:
-            raise ValueError(
-                f"FFWD_BACKEND=llamacpp runs on the CPU, not {device} "
-                "(use --device cpu, or --backend transformers for CUDA)"
-            )
-        return "llamacpp"
-    if requested == "transformers":
-        return "transformers"
-    return "llamacpp" if gguf and not on_cuda else "transformers"
-
-
-def _flag(var: str) -> Callable[[object], bool]:
-    def parse(raw: object) -> bool:
-        if isinstance(raw, bool):
-            return raw
-        s = raw.strip().lower() if isinstance(raw, str) else None
-        if s in ("1", "true", "on", "yes"):
-            return True
-        if s in ("", "0", "false", "off", "no"):
-            return False
-        raise SettingError(var, raw, "1 or 0")
-
-    return parse
+resolve_backend: Callable[[object], BackendKind] = _choice("FFWD_BACKEND", BACKENDS)
 
 
 _ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
@@ -416,13 +351,6 @@ def _float_at_least(var: str, minimum: float) -> Callable[[object], float]:
     return parse
 
 
-def _router(raw: object) -> Router:
-    for r in ROUTERS:
-        if raw == r:
-            return r
-    raise SettingError("--router", raw, "|".join(ROUTERS))
-
-
 _SCALE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "replicas": ("--replicas", _int_in("--replicas", 1)),
     "min_replicas": ("--min-replicas", _int_in("--min-replicas", 0)),
@@ -431,7 +359,7 @@ _SCALE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
     "max_ongoing": ("--max-ongoing", _int_in("--max-ongoing", 1)),
     "replica_cpus": ("--replica-cpus", _float_at_least("--replica-cpus", 0)),
     "replica_gpus": ("--replica-gpus", _float_at_least("--replica-gpus", 0)),
-    "router": ("--router", _router),
+    "router": ("--router", _choice("--router", ROUTERS)),
     "imbalance": ("--route-imbalance", _int_in("--route-imbalance", 0)),
 }
 

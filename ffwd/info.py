@@ -2,8 +2,9 @@
 
 Prints the resolved model file, the backend, device, dtype and threads the
 settings resolve to, the chat template and tool-call format the server
-would use, the context window, the fill settings ``ffwd serve`` would start
-with, and what greedy determinism that configuration promises (see
+would use, the context window, the forward cost curve fill sizes its spans by (once a
+load has measured it), the fill settings ``ffwd serve`` would start with,
+and what greedy determinism that configuration promises (see
 `greedy_promise`). ``--json`` prints the same as one JSON object.
 """
 
@@ -111,6 +112,8 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "tool_format": tool_format,
         "context_window": _context_window(ref, backend, engine.context),
         "vocab_size": len(tokenizer),
+        "cost_curve": _cost_curve(ref, backend, "gguf" if backend == "llamacpp" else dtype,
+                                  device, _thread_count(engine.threads)),
         "fill_served": fill.fill,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
@@ -141,6 +144,30 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
     if backend == "llamacpp":
         return context or min(trained, DEFAULT_CONTEXT_CAP)
     return trained
+
+
+def _cost_curve(ref: Any, backend: str, dtype: str, device: str, threads: int) -> str:
+    """The measured forward costs fill sizes its spans by, or where the first load puts them."""
+    from ffwd.engine.cost import CostCurve
+    from ffwd.models import cost_curve_path
+
+    on = device if device == "cpu" or ":" in device else f"{device}:0"  # the loaded device
+    path = cost_curve_path(ref, backend, dtype, on, threads)
+    try:
+        curve = CostCurve.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, AssertionError, TypeError):
+        return f"not measured yet: the first load measures it into {path}"
+    return f"{curve_text(curve)} ({path})"
+
+
+def curve_text(curve: Any) -> str:
+    """A `CostCurve` in one line: ms per forward of m ids, all rows and last row only."""
+
+    def ms(table: dict[int, float]) -> str:
+        return ", ".join(f"{m}: {v:.1f}" for m, v in sorted(table.items()))
+
+    return (f"ms per forward of m ids, all rows {{{ms(curve.rows)}}}, "
+            f"last row {{{ms(curve.last)}}}")
 
 
 def main(args: argparse.Namespace) -> int:

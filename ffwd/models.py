@@ -2,7 +2,7 @@
 
 `resolve_model(spec)` turns what a user types (``default``, ``gemma3``, a HF
 directory, a ``.gguf`` file) into a `ModelRef`; `load_backend` loads it on
-the engine `ffwd.config.choose_backend` picks. On llama.cpp a GGUF file runs
+the engine `choose_backend` picks. On llama.cpp a GGUF file runs
 as it is. Only the tokenizer (always) and the weights for the transformers
 engine are converted by transformers, which is slow (the tokenizer takes
 seconds, the weights ~20 s), so converted copies are cached under
@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ffwd.config import cache_dir
 
@@ -257,10 +257,43 @@ def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, thread
 
 def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> str:
     """``llamacpp`` or ``transformers``: what `load_backend` runs `ref` on (`choose_backend`)."""
-    from ffwd.config import choose_backend, resolve_backend
+    from ffwd.config import resolve_backend
 
     gguf = ref.gguf_file is not None
     return choose_backend(resolve_backend(backend), gguf=gguf, device=resolve_device(device))
+
+
+def choose_backend(
+    requested: str, *, gguf: bool, device: str
+) -> Literal["llamacpp", "transformers"]:
+    """The engine that runs a model: `requested`, or for ``auto`` by file and device.
+
+    `device` is the resolved one (cpu, cuda, cuda:N). llama.cpp runs GGUF files
+    on the CPU; transformers runs Hugging Face directories and anything on CUDA.
+
+    >>> choose_backend("auto", gguf=True, device="cpu")
+    'llamacpp'
+    >>> choose_backend("auto", gguf=True, device="cuda")
+    'transformers'
+    >>> choose_backend("auto", gguf=False, device="cpu")
+    'transformers'
+    """
+    on_cuda = device.startswith("cuda")
+    if requested == "llamacpp":
+        if not gguf:
+            raise ValueError(
+                "FFWD_BACKEND=llamacpp runs .gguf files; this model is a Hugging Face "
+                "directory (use --backend transformers or auto)"
+            )
+        if on_cuda:
+            raise ValueError(
+                f"FFWD_BACKEND=llamacpp runs on the CPU, not {device} "
+                "(use --device cpu, or --backend transformers for CUDA)"
+            )
+        return "llamacpp"
+    if requested == "transformers":
+        return "transformers"
+    return "llamacpp" if gguf and not on_cuda else "transformers"
 
 
 def check_vocab(backend: Any, tokenizer: Any, name: str) -> None:

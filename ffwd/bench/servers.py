@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -31,19 +32,29 @@ def free_port() -> int:
 
 
 class ChildServer:
-    """One server process on 127.0.0.1:`port`, logging to a temporary file."""
+    """One server process on 127.0.0.1:`port`, logging to `log` (default: a temporary
+    file, removed on `stop`), with the environment `env` (default: this process's)."""
 
-    def __init__(self, name: str, command: list[str], port: int) -> None:
+    def __init__(
+        self, name: str, command: list[str], port: int, *,
+        log: Path | None = None, env: Mapping[str, str] | None = None,
+        startup_seconds: float = STARTUP_SECONDS,
+    ) -> None:
         self.name = name
+        self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        fd, log = tempfile.mkstemp(prefix=f"ffwd-bench-{name}-", suffix=".log")
-        self.log = Path(log)
-        with os.fdopen(fd, "w") as fh:  # the environment (FFWD_* included) is inherited
-            self.proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT)
-        self._wait_healthy()
+        self._temporary = log is None
+        if log is None:
+            fd, path = tempfile.mkstemp(prefix=f"ffwd-bench-{name}-", suffix=".log")
+            os.close(fd)
+            log = Path(path)
+        self.log = log
+        with log.open("w") as fh:  # by default FFWD_* settings and all are inherited
+            self.proc = subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        self._wait_healthy(startup_seconds)
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + STARTUP_SECONDS
+    def _wait_healthy(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited while starting:\n{self.tail()}")
@@ -54,20 +65,22 @@ class ChildServer:
                 pass
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"{self.name} was not healthy after {STARTUP_SECONDS} s:\n{self.tail()}")
+        raise RuntimeError(f"{self.name} was not healthy after {seconds} s:\n{self.tail()}")
 
     def tail(self, chars: int = 3000) -> str:
         return self.log.read_text(errors="replace")[-chars:]
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM, then SIGKILL after `timeout` s."""
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(15)
+                self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        self.log.unlink(missing_ok=True)
+        if self._temporary:
+            self.log.unlink(missing_ok=True)
 
     def __enter__(self) -> ChildServer:
         return self

@@ -101,3 +101,87 @@ class Backend(Protocol):
     def reset(self) -> None:
         """Drop the whole cache."""
         ...
+
+
+class CacheBookkeeping:
+    """The `Backend` facts every engine keeps alike, read from the fields it sets:
+    ``_vocab``, ``_eos``, ``_max_append``, ``_ids`` (the ids cached, in order),
+    ``_forward_calls``, ``_last`` (the last logits row; None after a reset or a
+    rewind) and ``cost``."""
+
+    _vocab: int
+    _eos: frozenset[int]
+    _max_append: int
+    _ids: list[int]
+    _forward_calls: int
+    _last: torch.Tensor | None
+    cost: CostCurve | None
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def eos_ids(self) -> frozenset[int]:
+        return self._eos
+
+    @property
+    def max_append(self) -> int:
+        return self._max_append
+
+    @property
+    def cache_len(self) -> int:
+        return len(self._ids)
+
+    @property
+    def cached_ids(self) -> tuple[int, ...]:
+        return tuple(self._ids)
+
+    @property
+    def forward_calls(self) -> int:
+        return self._forward_calls
+
+    @property
+    def last_logits(self) -> torch.Tensor:
+        if self._last is None:
+            raise RuntimeError("no logits yet: prefill or forward first")
+        return self._last
+
+    def span_cost(self, m: int) -> float:
+        if self.cost is None:
+            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
+        return self.cost.cost(m)
+
+
+def check_rewind(backend: Backend, n: int, name: str) -> None:
+    """Raise unless `backend` can drop its last `n` ids (`Backend.rewind`'s refusals);
+    `name` says which model in the message."""
+    if n < 0 or n > backend.cache_len:
+        raise ValueError(f"rewind({n}) with {backend.cache_len} ids cached")
+    if n and not backend.can_rewind:
+        raise RuntimeError(f"{name}: this cache holds recurrent state and cannot be rewound; "
+                           "use checkpoint()/restore()")
+    if n > backend.rewindable:
+        raise RuntimeError(f"{name}: rewind({n}) reaches past the {backend.rewindable} ids the "
+                           "sliding-window (or convolution) layers still hold")
+
+
+def keep_common_prefix(backend: Backend, ids: list[int], *, can_reuse: bool = True) -> int:
+    """`prefill`'s first step: keep the longest prefix of `ids` the cache holds
+    (never the last id, which is always forwarded) where the cache is exactly
+    that prefix or can be cut back to it; otherwise empty it. Returns the ids kept.
+    """
+    if not ids:
+        raise ValueError("prefill of an empty prompt")
+    cached = backend.cached_ids
+    limit = min(len(cached), len(ids) - 1) if can_reuse else 0
+    n = 0
+    while n < limit and cached[n] == ids[n]:
+        n += 1
+    if n < len(cached) and len(cached) - n > backend.rewindable:
+        n = 0
+    if n == 0:
+        backend.reset()
+    else:
+        backend.rewind(len(cached) - n)
+    return n

@@ -28,7 +28,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.backend import CacheBookkeeping, check_rewind, keep_common_prefix
 
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
@@ -78,7 +78,7 @@ def _config_eos(model: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-class HFBackend:
+class HFBackend(CacheBookkeeping):
     """A transformers causal LM and its cache; implements `ffwd.engine.backend.Backend`."""
 
     def __init__(
@@ -100,40 +100,10 @@ class HFBackend:
         params = inspect.signature(model.forward).parameters
         self._keep_kw = "logits_to_keep" in params
         self._forward_calls = 0
-        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
+        self.cost = None  # measured by the loader (ffwd.models)
         self.reset()
 
     # --- facts ----------------------------------------------------------
-    @property
-    def vocab_size(self) -> int:
-        return self._vocab
-
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        return self._eos
-
-    @property
-    def max_append(self) -> int:
-        return self._max_append
-
-    @property
-    def cache_len(self) -> int:
-        return len(self._ids)
-
-    @property
-    def cached_ids(self) -> tuple[int, ...]:
-        return tuple(self._ids)
-
-    @property
-    def forward_calls(self) -> int:
-        return self._forward_calls
-
-    @property
-    def last_logits(self) -> torch.Tensor:
-        if self._last is None:
-            raise RuntimeError("no logits yet: prefill or forward first")
-        return self._last
-
     @property
     def can_rewind(self) -> bool:
         # Linear-attention layers say whether they hold recurrent state only
@@ -149,11 +119,6 @@ class HFBackend:
     @property
     def can_checkpoint(self) -> bool:
         return not self._one_at_a_time
-
-    def span_cost(self, m: int) -> float:
-        if self.cost is None:
-            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
-        return self.cost.cost(m)
 
     # --- cache ----------------------------------------------------------
     def reset(self) -> None:
@@ -173,18 +138,7 @@ class HFBackend:
         """Drop the last `n` ids from the cache; raise if the cache cannot."""
         if n == 0:
             return
-        if n < 0 or n > len(self._ids):
-            raise ValueError(f"rewind({n}) with {len(self._ids)} ids cached")
-        if not self.can_rewind:
-            raise RuntimeError(
-                f"{self.model_type}: this cache holds recurrent state and cannot be rewound; "
-                "use checkpoint()/restore()"
-            )
-        if n > self.rewindable:
-            raise RuntimeError(
-                f"{self.model_type}: rewind({n}) reaches past the {self.rewindable} ids the "
-                "sliding-window/convolution layers still hold"
-            )
+        check_rewind(self, n, self.model_type)
         with torch.no_grad():
             self._cache.crop(-n)
         del self._ids[-n:]
@@ -249,13 +203,7 @@ class HFBackend:
     # --- forwards ---------------------------------------------------------
     def prefill(self, ids: list[int]) -> int:
         """Make the cache hold `ids`; return how many leading ids were reused."""
-        if not ids:
-            raise ValueError("prefill of an empty prompt")
-        reuse = self._reusable_prefix(ids)
-        if reuse == 0:
-            self.reset()
-        else:
-            self.rewind(len(self._ids) - reuse)
+        reuse = keep_common_prefix(self, ids, can_reuse=not self._one_at_a_time)
         rest = list(ids[reuse:])
         if self._one_at_a_time:
             # Only an empty cache takes a whole prompt in one forward.
@@ -272,18 +220,6 @@ class HFBackend:
     def append(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
         return self._run(ids, keep=1)[-1]
-
-    def _reusable_prefix(self, ids: list[int]) -> int:
-        cached = self._ids
-        limit = min(len(cached), len(ids) - 1)  # the last id is always forwarded
-        n = 0
-        while n < limit and cached[n] == ids[n]:
-            n += 1
-        if self._one_at_a_time:
-            return 0
-        if n == len(cached):
-            return n  # a pure extension needs no cut
-        return n if len(cached) - n <= self.rewindable else 0
 
     def _run(self, ids: list[int], *, keep: int, limit: int | None = None) -> torch.Tensor:
         if not ids:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.backend import CacheBookkeeping, check_rewind, keep_common_prefix
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
@@ -143,7 +143,7 @@ def _free(lib: Any, batch: Any, ctx: Any, model: Any) -> None:
 # --- the backend --------------------------------------------------------------------
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(CacheBookkeeping):
     """A GGUF model on llama.cpp and its sequence cache; implements `Backend`."""
 
     engine = "llama.cpp"
@@ -180,7 +180,7 @@ class LlamaCppBackend:
         self._max_append = n_batch
         self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
         self._forward_calls = 0
-        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
+        self.cost = None  # measured by the loader (ffwd.models)
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
 
@@ -195,38 +195,8 @@ class LlamaCppBackend:
 
     # --- facts ----------------------------------------------------------
     @property
-    def vocab_size(self) -> int:
-        return self._vocab
-
-    @property
-    def eos_ids(self) -> frozenset[int]:
-        return self._eos
-
-    @property
-    def max_append(self) -> int:
-        return self._max_append
-
-    @property
     def context_window(self) -> int:
         return self.n_ctx
-
-    @property
-    def cache_len(self) -> int:
-        return len(self._ids)
-
-    @property
-    def cached_ids(self) -> tuple[int, ...]:
-        return tuple(self._ids)
-
-    @property
-    def forward_calls(self) -> int:
-        return self._forward_calls
-
-    @property
-    def last_logits(self) -> torch.Tensor:
-        if self._last is None:
-            raise RuntimeError("no logits yet: prefill or forward first")
-        return self._last
 
     @property
     def can_rewind(self) -> bool:
@@ -247,11 +217,6 @@ class LlamaCppBackend:
     def can_checkpoint(self) -> bool:
         return True
 
-    def span_cost(self, m: int) -> float:
-        if self.cost is None:
-            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
-        return self.cost.cost(m)
-
     @property
     def trims_freely(self) -> bool:
         """Whether a saved state can be cut back to any prefix (plain attention only)."""
@@ -267,18 +232,7 @@ class LlamaCppBackend:
         """Drop the last `n` ids from the cache; raise if the cache cannot."""
         if n == 0:
             return
-        if n < 0 or n > len(self._ids):
-            raise ValueError(f"rewind({n}) with {len(self._ids)} ids cached")
-        if not self.can_rewind:
-            raise RuntimeError(
-                f"{self.path}: this model keeps recurrent state, which cannot be rewound; "
-                "use checkpoint()/restore()"
-            )
-        if n > self.rewindable:
-            raise RuntimeError(
-                f"rewind({n}) reaches past the {self.rewindable} ids the sliding-window "
-                "layers of this loaded state still cover"
-            )
+        check_rewind(self, n, self.path)
         keep = len(self._ids) - n
         if not self._lib.llama_memory_seq_rm(self._mem, _SEQ, keep, -1):
             raise RuntimeError(f"llama.cpp refused to drop positions {keep}.. of the cache")
@@ -322,13 +276,7 @@ class LlamaCppBackend:
     # --- forwards ---------------------------------------------------------
     def prefill(self, ids: list[int]) -> int:
         """Make the cache hold `ids`; return how many leading ids were reused."""
-        if not ids:
-            raise ValueError("prefill of an empty prompt")
-        reuse = self._reusable_prefix(ids)
-        if reuse == 0:
-            self.reset()
-        else:
-            self.rewind(len(self._ids) - reuse)
+        reuse = keep_common_prefix(self, ids)
         rest = list(ids[reuse:])
         for start in range(0, len(rest), self._max_append):
             self._decode(rest[start : start + self._max_append], all_rows=False)
@@ -341,16 +289,6 @@ class LlamaCppBackend:
     def append(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
         return self._decode(ids, all_rows=False)[-1]
-
-    def _reusable_prefix(self, ids: list[int]) -> int:
-        cached = self._ids
-        limit = min(len(cached), len(ids) - 1)  # the last id is always forwarded
-        n = 0
-        while n < limit and cached[n] == ids[n]:
-            n += 1
-        if n == len(cached) or len(cached) - n <= self.rewindable:
-            return n
-        return 0
 
     def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
         """One `llama_decode` of `ids` at the end of the cache; the rows asked for."""

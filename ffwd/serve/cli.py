@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
     import uvicorn
     from tqdm import tqdm
 
-    from ffwd.info import loaded_promise
+    from ffwd.info import curve_text, loaded_promise
     from ffwd.serve.app import create_app
     from ffwd.serve.service import load_service
 
@@ -143,6 +143,8 @@ def main(args: argparse.Namespace) -> int:
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
                      max_body_bytes=args.max_body_bytes)
     print(f"greedy determinism: {loaded_promise(service.backend)[1]}", file=sys.stderr)
+    if getattr(service.backend, "cost", None) is not None:
+        print(f"forward cost: {curve_text(service.backend.cost)}", file=sys.stderr)
     print(
         f"ffwd serving {ref.name} on {getattr(service.backend, 'engine', 'transformers')} "
         f"({service.format_name} tools, fill {fill.fill}) "

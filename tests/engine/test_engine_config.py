@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.config import EngineConfig, choose_backend, resolve_engine_config
-from ffwd.models import resolve_dtype
+from ffwd.config import EngineConfig, resolve_engine_config
+from ffwd.models import choose_backend, resolve_dtype
 
 
 def test_defaults_env_and_overrides() -> None:
@@ -50,7 +50,7 @@ def test_dtype_resolution() -> None:
      ("transformers", True, "cpu", "transformers"), ("llamacpp", True, "cpu", "llamacpp")],
 )
 def test_choose_backend(requested: str, gguf: bool, device: str, engine: str) -> None:
-    assert choose_backend(requested, gguf=gguf, device=device) == engine  # type: ignore[arg-type]
+    assert choose_backend(requested, gguf=gguf, device=device) == engine
 
 
 @pytest.mark.parametrize(("gguf", "device", "says"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,10 +110,10 @@ def test_missing_systems_are_not_run_rather_than_failed() -> None:
     assert report.default_fill(sp)["fill"] is None
 
 
-def test_markdown_has_every_section() -> None:
+def fake_results() -> dict[str, Any]:
     summary = report.summarize(RUNS)
     sp = report.speedups(summary)
-    results = {
+    return {
         "environment": {"model": "m", "model_path": "/m.gguf", "dtype": "float32", "threads": 2,
                         "cpu": "cpu", "cpu_count": 2, "torch": "t", "transformers": "x",
                         "python": "3.11", "load_before": [0.1], "load_after": [0.2]},
@@ -126,6 +128,10 @@ def test_markdown_has_every_section() -> None:
         "targets": report.check_targets(summary, sp, {"required": 0.7}),
         "default_fill": report.default_fill(sp),
     }
+
+
+def test_markdown_has_every_section() -> None:
+    results = fake_results()
     md = report.render_markdown(results)
     row = ("| echo | ffwd-echo | 1 | 100 | 3.00 (2.90–3.10) | 0.50 | 0.500 | 40.0 | 33.3 "
            "| 0.30 | 70% | 70% ")
@@ -134,3 +140,30 @@ def test_markdown_has_every_section() -> None:
                    "`llama-server`: llama-server runs GGUF files", "first differs at 3",
                    "Recommended default fill: **echo**", "ffwd bench --quick"):
         assert needle in md
+
+
+def test_readme_section_is_rewritten_between_its_markers(tmp_path: Path) -> None:
+    import doctest
+
+    from ffwd.bench import readme
+
+    assert doctest.testmod(readme).failed == 0
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "results.json").write_text(json.dumps(fake_results()))
+    page = tmp_path / "README.md"
+    page.write_text(f"# x\n\n{readme.START}\nold table\n{readme.END}\n\nafter\n")
+    plot = tmp_path / "p.png"
+    assert readme.main([str(run_dir), "--readme", str(page), "--plot", str(plot)]) == 0
+    text = page.read_text()
+    assert "old table" not in text and text.endswith(f"{readme.END}\n\nafter\n")
+    for needle in (
+        "| echo (code edits, re-quotes) | 10.0 | 40.0 (4.00×) | 25.0 (2.50×) | 9.5 (0.95×) | — |",
+        "| tools, `tool_choice=required` | 10.0 | — | — | — | 20.0 (2.00×) |",
+        "16.0 · 0.500 s, parse 100%", "One run of `ffwd bench --quick`", "load average 0.10 before",
+        "| ffwd-echo == ffwd-off | echo | 100% | 1 |",
+    ):
+        assert needle in text
+    assert plot.stat().st_size > 0
+    with pytest.raises(ValueError, match="markers"):
+        readme.replace_between("no markers here", "body")

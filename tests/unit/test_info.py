@@ -70,3 +70,27 @@ def test_readme_links_stay_inside_the_repository() -> None:
     for link in links:
         if "://" not in link:
             assert (root / link).exists(), link
+
+
+def test_info_reports_the_cost_curve_once_measured(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import ffwd.models
+    from ffwd.engine.cost import CostCurve
+
+    seen: list[tuple[str, str, str, int]] = []
+
+    def path(ref: object, backend: str, dtype: str, device: str, threads: int) -> Path:
+        seen.append((backend, dtype, device, threads))
+        return tmp_path / "curve.json"
+
+    monkeypatch.setattr(ffwd.models, "cost_curve_path", path)
+    argv = ["info", "--json", "--device", "cpu", "--threads", "2"]
+    assert ffwd_main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["cost_curve"].startswith("not measured yet")
+    assert seen == [("llamacpp", "gguf", "cpu", 2)]  # the key the loader caches it under
+    curve = CostCurve({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
+    (tmp_path / "curve.json").write_text(json.dumps(curve.as_dict()))
+    assert ffwd_main(argv) == 0
+    assert "all rows {1: 9.5, 4: 12.2}, last row {1: 9.0, 4: 10.0}" in json.loads(
+        capsys.readouterr().out)["cost_curve"]
