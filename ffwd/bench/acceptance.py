@@ -1,0 +1,180 @@
+"""How many of echo's proposed ids a model keeps, from its greedy outputs alone.
+
+Under greedy decoding a verify step keeps exactly the leading proposed ids that
+match what the model writes next, so once a request's plain (fill off) output
+is known, echo can be replayed over it for any setting without another
+forward: `echo_walk` is that replay, for a loop that forwards every span whole.
+`position_rates` turns walks into the acceptance at each span position (what
+`ffwd.fill.spans` seeds its estimates with), `summarize` into the figures that
+choose ``k``, ``candidates`` and ``max_span``.
+
+``python -m ffwd.bench.acceptance`` decodes the bench's workloads once and
+replays a grid of settings over the outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ffwd.fill.echo import EchoConfig, EchoSource
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One forward of a walk: `proposed` ids offered (0: a plain step), `accepted` kept."""
+
+    proposed: int
+    accepted: int
+
+
+class _Tail:
+    """The `TokenView` echo is asked with (echo reads its own history)."""
+
+    length = 0
+    budget = float("inf")
+
+    def tail(self, n: int) -> Sequence[int]:
+        return ()
+
+
+def echo_walk(prompt: Sequence[int], output: Sequence[int], config: EchoConfig) -> list[Step]:
+    """Replay echo over a greedy `output` as a loop that verifies every span whole.
+
+    Each forward feeds the newest id t and echo's proposal; it keeps the
+    proposed ids that match the output, and its next row gives the id after
+    them for free, which becomes the next t. The output's length is the token
+    budget (an output that stopped at an end id should include it).
+
+    >>> cfg = EchoConfig(k=2, max_span=4, max_candidates=1)
+    >>> # After "5 6" the history goes on "7 8 9 4"; the output keeps "7 8", then
+    >>> # writes 0: 8 ids in 5 forwards (the first id comes from the prefill).
+    >>> for step in echo_walk([5, 6, 7, 8, 9], [4, 5, 6, 7, 8, 0, 3, 2], cfg):
+    ...     print(step.proposed, step.accepted)
+    0 0
+    0 0
+    4 2
+    0 0
+    0 0
+    """
+    source = EchoSource(config, prompt)
+    view = _Tail()
+    steps: list[Step] = []
+    i = 0  # output[i] is the id the next forward feeds
+    if output:
+        source.observe(output[:1])
+    while i < len(output) - 1:
+        # 1. Echo proposes what follows output[i], cut to the budget; like the
+        # session, a span shorter than 2 is not worth a verify.
+        proposal = source.propose(view)
+        span = list(proposal.ids[: len(output) - 1 - i]) if proposal else []
+        span = span if len(span) >= 2 else []
+        # 2. The forward keeps the matching prefix and yields the id after it.
+        kept = 0
+        while kept < len(span) and span[kept] == output[i + 1 + kept]:
+            kept += 1
+        steps.append(Step(len(span), kept))
+        source.observe(output[i + 1 : i + 2 + kept])
+        i += kept + 1
+    return steps
+
+
+def position_rates(walks: Sequence[Sequence[Step]], positions: int = 32) -> list[tuple[int, int]]:
+    """(tested, kept) at each span position, where position j is tested only when
+    the j ids before it were kept, so kept / tested is the conditional rate.
+
+    >>> position_rates([[Step(3, 1), Step(2, 2)]], positions=3)
+    [(2, 2), (2, 1), (0, 0)]
+    """
+    counts = [[0, 0] for _ in range(positions)]
+    for step in itertools.chain.from_iterable(walks):
+        for j in range(min(step.proposed, step.accepted + 1, positions)):
+            counts[j][0] += 1
+            counts[j][1] += j < step.accepted
+    return [(t, k) for t, k in counts]
+
+
+def summarize(walks: Sequence[Sequence[Step]], outputs: int) -> dict[str, float]:
+    """Proposals, proposed and kept ids per 100 output ids, and the decode forwards
+    per output id of the whole-span loop (about 1.0: no gain; 0.5: half the forwards)."""
+    steps = list(itertools.chain.from_iterable(walks))
+    proposed = sum(s.proposed for s in steps)
+    kept = sum(s.accepted for s in steps)
+    per = 100.0 / max(outputs, 1)
+    return {
+        "proposals_per_100": round(sum(s.proposed > 0 for s in steps) * per, 2),
+        "proposed_per_100": round(proposed * per, 2),
+        "kept_per_100": round(kept * per, 2),
+        "kept_of_proposed": round(kept / proposed, 3) if proposed else 0.0,
+        "forwards_per_id": round(len(steps) / max(outputs, 1), 3),
+    }
+
+
+def _ints(raw: str) -> list[int]:
+    return [int(x) for x in raw.split(",") if x.strip()]
+
+
+def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]:
+    """(workload, prompt ids, greedy output ids) of every selected bench item."""
+    from ffwd.bench.systems import chat_request
+    from ffwd.bench.workloads import WORKLOADS, select
+    from ffwd.config import resolve_engine_config, resolve_fill_config
+    from ffwd.engine.generate import generate
+    from ffwd.engine.sampling import SamplingParams
+    from ffwd.serve.service import load_service
+
+    workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+    engine = resolve_engine_config(overrides={"backend": args.backend, "dtype": args.dtype})
+    service = load_service(args.model, engine, resolve_fill_config(overrides={"fill": "off"}),
+                           prompt_cache_bytes=0)
+    out = []
+    for item in select(workloads, args.limit, args.seed):
+        prompt = service.prepare_chat(chat_request(item, "off")).prompt_ids
+        result = generate(service.backend, service.tokenizer, prompt, SamplingParams(),
+                          max_tokens=item.max_tokens)
+        out.append((item.workload, list(prompt), result.token_ids))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ffwd.bench.acceptance", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", default="all", help="tools, echo, prose or all")
+    p.add_argument("--limit", type=int, default=3, help="items per workload")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", default="default")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--k", type=_ints, default=[3, 4, 6, 8], help="anchor lengths to try")
+    p.add_argument("--candidates", type=_ints, default=[1, 8, 24])
+    p.add_argument("--max-span", type=_ints, default=[16, 32, 64])
+    p.add_argument("--json", action="store_true", help="print the table as JSON")
+    args = p.parse_args(argv)
+    runs = _outputs(args)
+    table: list[dict[str, Any]] = []
+    for k, cand, span in itertools.product(args.k, args.candidates, args.max_span):
+        cfg = EchoConfig(k=k, max_span=span, max_candidates=cand)
+        for workload in sorted({w for w, _, _ in runs}):
+            mine = [(pr, o) for w, pr, o in runs if w == workload]
+            walks = [echo_walk(pr, o, cfg) for pr, o in mine]
+            rates = [round(kept / tested, 3) if tested else None
+                     for tested, kept in position_rates(walks, 8)]
+            table.append({"workload": workload, "k": k, "candidates": cand, "max_span": span,
+                          **summarize(walks, sum(len(o) for _, o in mine)), "rates": rates})
+    if args.json:
+        json.dump(table, sys.stdout, indent=1)
+        return 0
+    keys = [c for c in table[0] if c != "rates"] if table else []
+    print(" | ".join([*keys, "rate at positions 0..7"]))
+    for row in table:
+        print(" | ".join([*(str(row[c]) for c in keys), str(row["rates"])]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
