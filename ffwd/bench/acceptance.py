@@ -137,7 +137,9 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]
         prompt = service.prepare_chat(chat_request(item, "off")).prompt_ids
         result = generate(service.backend, service.tokenizer, prompt, SamplingParams(),
                           max_tokens=item.max_tokens)
-        out.append((item.workload, list(prompt), result.token_ids))
+        # The end id is part of what the model wrote (a verify span can run into it).
+        end = [service.tokenizer.eos_token_id] if result.finish_reason == "stop" else []
+        out.append((item.workload, list(prompt), result.token_ids + end))
     return out
 
 
