@@ -161,8 +161,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     table: list[dict[str, Any]] = []
     for k, cand, span in itertools.product(args.k, args.candidates, args.max_span):
         cfg = EchoConfig(k=k, max_span=span, max_candidates=cand)
-        for workload in sorted({w for w, _, _ in runs}):
-            mine = [(pr, o) for w, pr, o in runs if w == workload]
+        for workload in [*sorted({w for w, _, _ in runs}), "pooled"]:
+            mine = [(pr, o) for w, pr, o in runs if workload in (w, "pooled")]
             walks = [echo_walk(pr, o, cfg) for pr, o in mine]
             rates = [round(kept / tested, 3) if tested else None
                      for tested, kept in position_rates(walks, 8)]
