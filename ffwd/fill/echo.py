@@ -35,9 +35,9 @@ class EchoConfig:
     """k: anchor length; max_span: longest walk; max_candidates: occurrences kept
     per k-gram (nearest first); index_max: ids the index remembers."""
 
-    k: int = 8
+    k: int = 3
     max_span: int = 32
-    max_candidates: int = 24
+    max_candidates: int = 8
     index_max: int = 131072
 
     def __post_init__(self) -> None:

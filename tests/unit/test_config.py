@@ -30,11 +30,12 @@ def test_resolve_fill_mode_rejects_with_the_variable_name(raw: object) -> None:
         resolve_fill_mode(raw)
 
 
-def test_defaults_match_the_design() -> None:
+def test_defaults_are_the_measured_ones() -> None:
+    # k and candidates come from the issue-11 sweep (DESIGN's first guess was 8 and 24).
     c = resolve_fill_config({})
     assert c == FillConfig()
     assert (c.fill, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
-        "off", 32, 0, 8, 24, 131072)
+        "off", 32, 0, 3, 8, 131072)
     assert c.trace is False and c.echo_config() is None and not c.strict
 
 
