@@ -129,7 +129,8 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]
     from ffwd.serve.service import load_service
 
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
-    engine = resolve_engine_config(overrides={"backend": args.backend, "dtype": args.dtype})
+    chosen = {"dtype": args.dtype} | ({"backend": args.backend} if args.backend else {})
+    engine = resolve_engine_config(overrides=chosen)
     service = load_service(args.model, engine, resolve_fill_config(overrides={"fill": "off"}),
                            prompt_cache_bytes=0)
     out = []
@@ -150,7 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=3, help="items per workload")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default="default")
-    p.add_argument("--backend", default="auto")
+    p.add_argument("--backend", default=None, help="FFWD_BACKEND's choices (default: auto)")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--k", type=_ints, default=[3, 4, 6, 8], help="anchor lengths to try")
     p.add_argument("--candidates", type=_ints, default=[1, 8, 24])
