@@ -66,7 +66,8 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fill-append-chunk-size", default=None,
                    help="FFWD_FILL_APPEND_CHUNK_SIZE (default: 0 = the backend's limit)")
     g.add_argument("--fill-k", default=None, help=f"FFWD_FILL_K (default: {FillConfig().k})")
-    g.add_argument("--fill-candidates", default=None, help=f"FFWD_FILL_CANDIDATES (default: {FillConfig().candidates})")
+    g.add_argument("--fill-candidates", default=None,
+                   help=f"FFWD_FILL_CANDIDATES (default: {FillConfig().candidates})")
     g.add_argument("--fill-index-max", default=None, help="FFWD_FILL_INDEX_MAX (default: 131072)")
     g.add_argument("--fill-trace", default=None,
                    help="FFWD_FILL_TRACE: 1 (cache checks) or a .jsonl file every request is "
