@@ -6,6 +6,8 @@ would use, the context window, the forward cost curve fill sizes its spans by (o
 load has measured it), the fill settings ``ffwd serve`` would start with,
 and what greedy determinism that configuration promises (see
 `greedy_promise`). ``--json`` prints the same as one JSON object.
+``--measure-cost`` loads the model to measure the cost curve again (do it on
+a quiet machine: a curve measured under contention misprices spans).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--measure-cost", action="store_true",
+                   help="load the model and measure its forward cost curve again (seconds)")
 
 
 def greedy_promise(backend: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
@@ -96,6 +100,12 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = load_tokenizer(ref)
     template, tool_format = resolve_template(tokenizer, args.tool_format)
     promised, promise = greedy_promise(backend, device, dtype, _thread_count(engine.threads))
+    if args.measure_cost:
+        from ffwd.models import load_backend
+
+        load_backend(ref, backend=backend, dtype=engine.dtype, device=device,
+                     threads=engine.threads, context=engine.context, tokenizer=tokenizer,
+                     measure_cost=True)
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),

@@ -213,11 +213,13 @@ def load_backend(
     context: int = 0,
     llamacpp_log: bool = False,
     tokenizer: Any = None,
+    measure_cost: bool = False,
 ) -> Any:
     """The engine for `spec`: a `LlamaCppBackend` or an `HFBackend` (`choose_backend`).
 
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
-    `tokenizer` is given, must share its vocabulary (`check_vocab`).
+    `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
+    curve comes from the cache unless `measure_cost` asks for a new measurement.
     """
     from ffwd.engine.cost import load_or_measure
 
@@ -233,7 +235,7 @@ def load_backend(
             check_vocab(engine, tokenizer, ref.name)
         # The GGUF file fixes the weights' types, and the cache key names the file.
         engine.cost = load_or_measure(
-            engine, cost_curve_path(ref, "llamacpp", "gguf", "cpu", engine.threads))
+            engine, cost_curve_path(ref, "llamacpp", "gguf", "cpu", engine.threads), measure_cost)
         return engine
     import torch
 
@@ -246,7 +248,7 @@ def load_backend(
     hf.cost = load_or_measure(hf, cost_curve_path(
         ref, "transformers", str(model.dtype).removeprefix("torch."), str(hf.device),
         torch.get_num_threads(),
-    ))
+    ), measure_cost)
     return hf
 
 

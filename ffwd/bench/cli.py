@@ -161,8 +161,10 @@ def run_bench(
     engine = engine_for(ref, args.backend)
     threads = args.threads or torch_threads()
     tokenizer = load_tokenizer(ref)
+    # A fresh cost curve: the machine as it is now, which the servers started
+    # below read from the same cache.
     backend = load_backend(ref, backend=engine, dtype=args.dtype, threads=threads,
-                           tokenizer=tokenizer)
+                           tokenizer=tokenizer, measure_cost=True)
     # FFWD_FILL_* settings (k, max span, ...) apply; each request sets the mode.
     fill = resolve_fill_config()
     service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)

@@ -191,10 +191,12 @@ def _median(xs: Sequence[float]) -> float:
     return s[len(s) // 2] if s else 0.0
 
 
-def load_or_measure(backend: Backend, path: Path) -> CostCurve:
-    """The curve cached at `path`, or a fresh `measure` saved there (atomically)."""
+def load_or_measure(backend: Backend, path: Path, refresh: bool = False) -> CostCurve:
+    """The curve cached at `path`, or (none there, or `refresh`) a fresh `measure`
+    saved there atomically."""
     try:
-        return CostCurve.from_dict(json.loads(path.read_text()))
+        if not refresh:
+            return CostCurve.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, AssertionError, TypeError):
         pass
     curve = measure(backend)

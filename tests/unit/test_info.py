@@ -94,3 +94,19 @@ def test_info_reports_the_cost_curve_once_measured(
     assert ffwd_main(argv) == 0
     assert "all rows {1: 9.5, 4: 12.2}, last row {1: 9.0, 4: 10.0}" in json.loads(
         capsys.readouterr().out)["cost_curve"]
+
+
+def test_measure_cost_replaces_a_stale_curve(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import ffwd.models
+    from ffwd.engine.cost import POINTS, CostCurve
+
+    monkeypatch.setattr(ffwd.models, "cost_curve_path", lambda *a: tmp_path / "curve.json")
+    stale = CostCurve({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)
+    (tmp_path / "curve.json").write_text(json.dumps(stale.as_dict()))
+    argv = ["info", "--json", "--device", "cpu", "--threads", "1", "--measure-cost"]
+    assert ffwd_main(argv) == 0
+    assert "999" not in json.loads(capsys.readouterr().out)["cost_curve"]
+    fresh = CostCurve.from_dict(json.loads((tmp_path / "curve.json").read_text()))
+    assert sorted(fresh.rows) == sorted(fresh.last) == list(POINTS)
