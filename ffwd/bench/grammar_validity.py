@@ -1,11 +1,13 @@
 """How often a forced tool choice returns a valid call, on BFCL, per format.
 
     python -m ffwd.bench.grammar_validity [--bfcl simple_python multiple] [--limit N]
-        [--format hermes ...] [--grammar on off] [--max-tokens 128] [--json]
+        [--format hermes ...] [--grammar on off] [--tool-choice required named]
+        [--max-tokens 128] [--json]
 
 Each BFCL entry is sent through `ModelService` (the served path) with
-``tool_choice="required"``, greedy, once per format (the format's builtin
-template) and per grammar setting. A reply counts as valid when it carries at
+``tool_choice="required"`` (or ``named``: the ground truth's function by
+name), greedy, once per format (the format's builtin template), per grammar
+setting and per tool choice. A reply counts as valid when it carries at
 least one call and every call names a listed function whose arguments parse
 and validate against that function's schema (`jsonschema`). Replies cut off
 by ``max_tokens`` are counted apart. Reports the valid share, and the
@@ -48,14 +50,17 @@ def valid(calls: Sequence[Any], tools: Sequence[dict[str, Any]]) -> bool:
 
 
 def measure(
-    service: ModelService, entries: Sequence[Any], grammar: bool, max_tokens: int
+    service: ModelService, entries: Sequence[Any], grammar: bool, max_tokens: int,
+    choice: str = "required",
 ) -> dict[str, Any]:
     counts = {"requests": 0, "valid": 0, "cut": 0, "tokens": 0, "injected": 0}
     decode_s = 0.0
     for entry in entries:
         tools = normalize_tools(entry.tools)
+        named = {"type": "function", "function": {"name": entry.call.name}}
         req = ChatCompletionRequest.model_validate({
-            "messages": entry.messages, "tools": tools, "tool_choice": "required",
+            "messages": entry.messages, "tools": tools,
+            "tool_choice": named if choice == "named" else "required",
             "max_tokens": max_tokens, "temperature": 0.0, "ffwd": {"grammar": grammar},
         })
         events: list[Event] = []
@@ -82,6 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--bfcl", nargs="+", choices=CATEGORIES, default=["simple_python", "multiple"])
     p.add_argument("--format", nargs="+", choices=list(FORMATS), default=list(FORMATS))
     p.add_argument("--grammar", nargs="+", choices=("on", "off"), default=["on", "off"])
+    p.add_argument("--tool-choice", nargs="+", choices=("required", "named"),
+                   default=["required"])
     p.add_argument("--limit", type=int, default=10, help="first N entries per category")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--fill", default="strict", choices=("off", "strict", "echo"))
@@ -96,12 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         service = ModelService(backend, tokenizer, args.model, FillConfig(fill=args.fill),
                                tool_format=fmt, prompt_cache_bytes=0)
         for setting in args.grammar:
-            t0 = time.perf_counter()
-            out = {"format": fmt, "grammar": setting, "bfcl": args.bfcl, "limit": args.limit,
-                   **measure(service, entries, setting == "on", args.max_tokens),
-                   "seconds": round(time.perf_counter() - t0, 1)}
-            print(json.dumps(out) if args.json else "  ".join(f"{k}={v}" for k, v in out.items()),
-                  flush=True)
+            for choice in args.tool_choice:
+                t0 = time.perf_counter()
+                out = {"format": fmt, "grammar": setting, "tool_choice": choice,
+                       "bfcl": args.bfcl, "limit": args.limit,
+                       **measure(service, entries, setting == "on", args.max_tokens, choice),
+                       "seconds": round(time.perf_counter() - t0, 1)}
+                print(json.dumps(out) if args.json else
+                      "  ".join(f"{k}={v}" for k, v in out.items()), flush=True)
     return 0
 
 
