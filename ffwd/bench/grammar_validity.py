@@ -2,7 +2,7 @@
 
     python -m ffwd.bench.grammar_validity [--bfcl simple_python multiple] [--limit N]
         [--format hermes ...] [--grammar on off] [--tool-choice required named]
-        [--max-tokens 128] [--json]
+        [--max-tokens 128] [--backend auto|llamacpp|transformers] [--json]
 
 Each BFCL entry is sent through `ModelService` (the served path) with
 ``tool_choice="required"`` (or ``named``: the ground truth's function by
@@ -93,11 +93,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--fill", default="strict", choices=("off", "strict", "echo"))
     p.add_argument("--model", default="default")
+    p.add_argument("--backend", default="auto", choices=("auto", "llamacpp", "transformers"))
     p.add_argument("--dtype", default="float32")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    backend = load_backend(args.model, dtype=args.dtype)
     tokenizer = load_tokenizer(args.model)
+    backend = load_backend(args.model, backend=args.backend, dtype=args.dtype, tokenizer=tokenizer)
     entries = [e for c in args.bfcl for e in load_entries(c, args.limit)]
     for fmt in args.format:
         service = ModelService(backend, tokenizer, args.model, FillConfig(fill=args.fill),
