@@ -25,9 +25,9 @@ Fidelity: on the CPU a batched forward and one-id forwards give the same
 logits for Q4_1 weights until the cache spans 512 cells (256 ids); past that,
 with two or more threads, a one-id forward splits its attention over the
 threads (ggml's split-KV flash attention) and rounds differently, by up to
-~0.7 logits on the embedded model, so greedy fill can part from plain
-decoding at a near tie. With one thread they agreed at every length tried
-(up to 600 ids, batches of 1 to 40).
+~1.4 logits on the embedded model, so greedy fill can part from plain
+decoding at a near tie (2 % of positions with 2 threads). With one thread
+they agreed at every length tried (`ffwd.bench.agreement`).
 
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
