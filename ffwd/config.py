@@ -143,8 +143,6 @@ class FillConfig:
     fill: FillMode = "off"
     max_span: int = 32
     append_chunk_size: int = 0
-    # From the bench sweep (issue 11): k=3 kept the most ids on edits and re-quotes
-    # and lost nothing on prose; 8 and 24 candidates proposed the same spans.
     k: int = 3
     candidates: int = 8
     index_max: int = 131072
