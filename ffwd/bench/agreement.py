@@ -103,6 +103,7 @@ def _backend(ref: Any, engine: str, dtype: str, threads: int) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ffwd.engine.cli import prompt_ids
     from ffwd.models import engine_for, load_tokenizer, resolve_model
 
     p = argparse.ArgumentParser(prog="python -m ffwd.bench.agreement", description=__doc__,
@@ -118,9 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     ref = resolve_model(args.model)
     tok = load_tokenizer(ref)
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                     add_generation_prompt=True) for q in PROMPTS[: args.prompts]]
-    prompts = [tok.encode(t, add_special_tokens=False) for t in texts]
+    prompts = [prompt_ids(tok, q, raw=False) for q in PROMPTS[: args.prompts]]  # as served
     engine = engine_for(ref, args.backend)
     report: dict[str, Any] = {"model": ref.name, "backend": engine, "span": args.span, "runs": []}
     for threads in (int(t) for t in args.threads.split(",")):
