@@ -1,8 +1,10 @@
 """`ffwd serve --replicas 2` on a local Ray cluster: two replicas of the embedded model,
 one CPU each, behind the same OpenAI API, routed by prefix affinity.
 
-One cluster serves the whole module (starting it loads the model twice); the kill
-test runs last because it takes a replica down.
+One cluster serves the whole module (starting it loads the model twice). The kill
+test needs both replicas idle: it runs after the tests whose requests all finish,
+and it ends when Ray's replacement serves. The backpressure test runs last: the
+requests its clients abandon take a moment to end on the replicas.
 """
 
 from __future__ import annotations
@@ -156,49 +158,6 @@ def _endless() -> dict[str, int]:
     return {str(i): -100 for i in default_eos_ids(load_tokenizer("default"))}
 
 
-def test_backpressure_is_429_with_retry_after(cluster: Server) -> None:
-    endless = _endless()
-
-    async def go() -> None:
-        async with httpx.AsyncClient(base_url=cluster.url, timeout=60) as client:
-            async def ask(k: int, max_tokens: int = 2000) -> httpx.Response:
-                return await client.post("/v1/chat/completions", json={
-                    "model": "default", "max_tokens": max_tokens, "logit_bias": endless,
-                    "messages": [{"role": "user", "content": f"Tell tale {k}."}]})
-
-            async def held() -> int:
-                h = (await client.get("/health")).json()
-                return int(h["on_replicas"] + h["queue_depth"])
-
-            # 1. Two replicas take 2 requests each (--max-ongoing), four more wait at
-            #    the router (--max-queue 4). One at a time: Ray counts a request that
-            #    is being routed as queued, so a burst could be refused early.
-            tasks = []
-            for k in range(8):
-                tasks.append(asyncio.create_task(ask(k)))
-                for _ in range(400):
-                    if await held() == k + 1:
-                        break
-                    await asyncio.sleep(0.05)
-                assert await held() == k + 1, f"request {k} never reached a replica or the queue"
-            # 2. One more is refused at once, as OpenAI refuses: 429 with Retry-After.
-            r = await ask(8, max_tokens=1)
-            assert r.status_code == 429, r.text
-            assert r.headers["retry-after"] == "1"
-            assert r.json()["error"]["type"] == "rate_limit_error"
-            # 3. The clients leave; their requests stop, on the replicas and in the queue.
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for _ in range(600):
-                if await held() == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert await held() == 0, (await client.get("/health")).json()
-
-    asyncio.run(go())
-
-
 def _replica_pid(cluster: Server, replica: str) -> int:
     """The PID of a model replica, asked of Ray by a separate driver process."""
     found = re.search(r"Ray cluster (\S+) \(started here\)", _wait_for(cluster, "ffwd serving", 1))
@@ -272,3 +231,46 @@ def test_killed_replica_fails_its_requests_cleanly_and_comes_back(cluster: Serve
         seen |= {r.headers["x-ffwd-replica"] for r in pair}
     assert victim not in seen
     assert seen - {survivor}, "Ray did not bring a replacement replica up within 180 s"
+
+
+def test_backpressure_is_429_with_retry_after(cluster: Server) -> None:
+    endless = _endless()
+
+    async def go() -> None:
+        async with httpx.AsyncClient(base_url=cluster.url, timeout=60) as client:
+            async def ask(k: int, max_tokens: int = 2000) -> httpx.Response:
+                return await client.post("/v1/chat/completions", json={
+                    "model": "default", "max_tokens": max_tokens, "logit_bias": endless,
+                    "messages": [{"role": "user", "content": f"Tell tale {k}."}]})
+
+            async def held() -> int:
+                h = (await client.get("/health")).json()
+                return int(h["on_replicas"] + h["queue_depth"])
+
+            # 1. Two replicas take 2 requests each (--max-ongoing), four more wait at
+            #    the router (--max-queue 4). One at a time: Ray counts a request that
+            #    is being routed as queued, so a burst could be refused early.
+            tasks = []
+            for k in range(8):
+                tasks.append(asyncio.create_task(ask(k)))
+                for _ in range(400):
+                    if await held() == k + 1:
+                        break
+                    await asyncio.sleep(0.05)
+                assert await held() == k + 1, f"request {k} never reached a replica or the queue"
+            # 2. One more is refused at once, as OpenAI refuses: 429 with Retry-After.
+            r = await ask(8, max_tokens=1)
+            assert r.status_code == 429, r.text
+            assert r.headers["retry-after"] == "1"
+            assert r.json()["error"]["type"] == "rate_limit_error"
+            # 3. The clients leave; their requests stop, on the replicas and in the queue.
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(600):
+                if await held() == 0:
+                    break
+                await asyncio.sleep(0.1)
+            assert await held() == 0, (await client.get("/health")).json()
+
+    asyncio.run(go())
