@@ -40,8 +40,8 @@ CITIES = ("Lisbon", "Oslo", "Kyoto", "Quito")
 def cluster() -> Iterator[Server]:
     # --max-queue 4: Ray counts requests still being routed as queued, so the four
     # first turns sent at once below need room for four.
-    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo",
-               "--dtype", "float32")
+    # llama.cpp (auto for the embedded GGUF on the CPU), one thread per replica.
+    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo")
     try:
         _wait_for(s, "ffwd serving", 300)  # printed once every replica is running
         yield s
