@@ -162,13 +162,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     table: list[dict[str, Any]] = []
     for k, cand, span in itertools.product(args.k, args.candidates, args.max_span):
         cfg = EchoConfig(k=k, max_span=span, max_candidates=cand)
+        # One walk per output; the pooled row reuses them.
+        walked = [(w, echo_walk(pr, o, cfg), len(o)) for w, pr, o in runs]
         for workload in [*sorted({w for w, _, _ in runs}), "pooled"]:
-            mine = [(pr, o) for w, pr, o in runs if workload in (w, "pooled")]
-            walks = [echo_walk(pr, o, cfg) for pr, o in mine]
+            mine = [(walk, n) for w, walk, n in walked if workload in (w, "pooled")]
+            walks = [walk for walk, _ in mine]
             rates = [round(kept / tested, 3) if tested else None
                      for tested, kept in position_rates(walks, 8)]
             table.append({"workload": workload, "k": k, "candidates": cand, "max_span": span,
-                          **summarize(walks, sum(len(o) for _, o in mine)), "rates": rates})
+                          **summarize(walks, sum(n for _, n in mine)), "rates": rates})
     if args.json:
         json.dump(table, sys.stdout, indent=1)
         return 0
