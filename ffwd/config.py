@@ -22,7 +22,6 @@ off, or on when the operator configured it, but the trace file is the server's.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -30,6 +29,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ffwd.fill.echo import EchoConfig
+from ffwd.values import (
+    Parser,
+    SettingError,
+    choice,
+    flag,
+    float_at_least,
+    int_in,
+    parse_settings,
+    trace_target,
+)
 
 FillMode = Literal["off", "strict", "echo"]
 FILL_MODES: tuple[FillMode, ...] = ("off", "strict", "echo")
@@ -51,84 +60,20 @@ def resolve_fill_mode(raw: object) -> FillMode:
     raise SettingError("FFWD_FILL", raw, "off|strict|echo (or 0/1 for off/strict)")
 
 
-class SettingError(ValueError):
-    """A malformed setting; `name` is the variable (or the request's ``ffwd.<key>``)."""
-
-    def __init__(self, name: str, raw: object, expected: str, message: str | None = None) -> None:
-        super().__init__(message or f"{name}={raw!r}: expected {expected}")
-        self.name = name
-        self.expected = expected
-
-
-def _int_in(var: str, minimum: int, maximum: int | None = None) -> Callable[[object], int]:
-    """A parser of integers in ``[minimum, maximum]`` (digits only: no signs, no floats)."""
-    expected = f"an integer >= {minimum}" if maximum is None else (
-        f"an integer from {minimum} to {maximum}")
-
-    def parse(raw: object) -> int:
-        value: int | None = None
-        if isinstance(raw, int) and not isinstance(raw, bool):
-            value = raw
-        elif isinstance(raw, str) and raw.strip().lstrip("+").isdigit() and len(raw) < 20:
-            value = int(raw.strip())
-        if value is None or value < minimum or (maximum is not None and value > maximum):
-            raise SettingError(var, raw, expected)
-        return value
-
-    return parse
-
-
-_ON, _OFF = ("1", "true", "on", "yes"), ("", "0", "false", "off", "no")
-
-
-def _trace(raw: object) -> str | bool:
-    """False (off), True (invariant checks only) or the path of a JSONL file."""
-    if raw is None or isinstance(raw, bool):
-        return bool(raw)
-    if isinstance(raw, str):
-        s = raw.strip()
-        return True if s.lower() in _ON else False if s.lower() in _OFF else s
-    raise SettingError("FFWD_FILL_TRACE", raw, "1, 0 or a path to a .jsonl file")
-
-
-def _flag(var: str, expected: str = "1 or 0") -> Callable[[object], bool]:
-    """A parser of on/off switches (1/0, true/false, on/off, yes/no; empty is off)."""
-
-    def parse(raw: object) -> bool:
-        s = raw.strip().lower() if isinstance(raw, str) else raw
-        if isinstance(raw, bool) or s in _ON or s in _OFF:
-            return bool(raw) if isinstance(raw, bool) else s in _ON
-        raise SettingError(var, raw, expected)
-
-    return parse
-
-
-def _choice(var: str, options: tuple[str, ...], aliases: Mapping[str, str] | None = None) -> Any:
-    """A parser of one of `options` (any case; unset or empty is the first, the default)."""
-
-    def parse(raw: object) -> Any:
-        key = raw.strip().lower() if isinstance(raw, str) else "" if raw is None else raw
-        key = (aliases or {}).get(key, key) if isinstance(key, str) else key
-        if key == "" or key in options:
-            return key or options[0]
-        raise SettingError(var, raw, f"one of {'|'.join(options)}")
-
-    return parse
-
-
-# override key -> (environment variable, parser)
-_FILL_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
-    "fill": ("FFWD_FILL", resolve_fill_mode),
-    "max_span": ("FFWD_FILL_MAX_SPAN", _int_in("FFWD_FILL_MAX_SPAN", 2, 4096)),
+# field -> (environment variable, parser); the request and the flags say "fill" for `mode`.
+_FILL_SETTINGS: dict[str, tuple[str, Parser]] = {
+    "mode": ("FFWD_FILL", resolve_fill_mode),
+    "max_span": ("FFWD_FILL_MAX_SPAN", int_in("FFWD_FILL_MAX_SPAN", 2, 4096)),
     "append_chunk_size": (
-        "FFWD_FILL_APPEND_CHUNK_SIZE", _int_in("FFWD_FILL_APPEND_CHUNK_SIZE", 0, 1 << 16),
+        "FFWD_FILL_APPEND_CHUNK_SIZE", int_in("FFWD_FILL_APPEND_CHUNK_SIZE", 0, 1 << 16),
     ),
-    "k": ("FFWD_FILL_K", _int_in("FFWD_FILL_K", 2, 64)),
-    "candidates": ("FFWD_FILL_CANDIDATES", _int_in("FFWD_FILL_CANDIDATES", 1, 1024)),
-    "index_max": ("FFWD_FILL_INDEX_MAX", _int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
-    "trace": ("FFWD_FILL_TRACE", _trace),
-    "grammar": ("FFWD_GRAMMAR", _flag("FFWD_GRAMMAR", "on or off (or 1/0)")),
+    "k": ("FFWD_FILL_K", int_in("FFWD_FILL_K", 2, 64)),
+    "candidates": ("FFWD_FILL_CANDIDATES", int_in("FFWD_FILL_CANDIDATES", 1, 1024)),
+    "index_max": ("FFWD_FILL_INDEX_MAX", int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
+    "trace": ("FFWD_FILL_TRACE", trace_target),
+    "grammar": ("FFWD_GRAMMAR", flag("FFWD_GRAMMAR", "on or off (or 1/0)")),
 }
+_FILL_ALIASES = {"fill": "mode"}
 # The JSON type each request override must have (strict: no "8" for 8, no true for 1).
 REQUEST_FILL_TYPES: dict[str, type] = {
     "fill": str, "max_span": int, "append_chunk_size": int, "k": int, "candidates": int,
@@ -138,9 +83,10 @@ REQUEST_FILL_TYPES: dict[str, type] = {
 
 @dataclass(frozen=True, slots=True)
 class FillConfig:
-    """Resolved fill settings for a process or a request."""
+    """Resolved fill settings for a process or a request: every fill default, written
+    once (they come from `ffwd bench` and `python -m ffwd.bench.acceptance`)."""
 
-    fill: FillMode = "off"
+    mode: FillMode = "off"
     max_span: int = 32
     append_chunk_size: int = 0
     k: int = 3
@@ -151,8 +97,9 @@ class FillConfig:
     grammar: bool = True
 
     @property
-    def strict(self) -> bool:
-        return self.fill in ("strict", "echo")
+    def strict_rows(self) -> bool:
+        """Whether template and schema rows fire (in ``strict`` and in ``echo``)."""
+        return self.mode in ("strict", "echo")
 
     @property
     def trace_path(self) -> str | None:
@@ -164,7 +111,7 @@ class FillConfig:
         return self.trace is not False
 
     def echo_config(self) -> EchoConfig | None:
-        if self.fill != "echo":
+        if self.mode != "echo":
             return None
         return EchoConfig(
             k=self.k, max_span=self.max_span,
@@ -175,7 +122,7 @@ class FillConfig:
         """A copy with trusted (CLI, library) overrides applied (None values ignored)."""
         if not overrides:
             return self
-        return replace(self, **_parse_settings("fill", _FILL_SETTINGS, {}, overrides))
+        return replace(self, **parse_settings("fill", _FILL_SETTINGS, {}, overrides, _FILL_ALIASES))
 
     def for_request(self, overrides: Mapping[str, object] | None) -> FillConfig:
         """A copy with a request's ``ffwd`` overrides applied, under the request rules.
@@ -191,7 +138,7 @@ class FillConfig:
         >>> FillConfig().for_request({"k": "4"})
         Traceback (most recent call last):
         ...
-        ffwd.config.SettingError: ffwd.k='4': expected a JSON integer
+        ffwd.values.SettingError: ffwd.k='4': expected a JSON integer
         """
         values: dict[str, Any] = {}
         for key, raw in (overrides or {}).items():
@@ -209,10 +156,11 @@ class FillConfig:
                 if raw and self.trace is False:
                     raise SettingError(name, raw, "false: tracing is off on this server (the "
                                        "operator turns it on with FFWD_FILL_TRACE or --fill-trace)")
-                values[key] = self.trace if raw else False
+                values["trace"] = self.trace if raw else False
                 continue
+            field = _FILL_ALIASES.get(key, key)
             try:
-                values[key] = _FILL_SETTINGS[key][1](raw)
+                values[field] = _FILL_SETTINGS[field][1](raw)
             except SettingError as exc:
                 raise SettingError(name, raw, exc.expected) from None
         return replace(self, **values)
@@ -220,21 +168,26 @@ class FillConfig:
 
 _JSON_NAMES = {str: "string", int: "integer", bool: "boolean (true or false)"}
 
+# --- the server (ffwd serve, and every replica under ffwd.deploy) -------------
+#
+# Fill mode: chosen from `ffwd bench --workload all` (README's performance
+# section): echo was the fastest mode on forced calls, edits and prose.
+SERVER_DEFAULT_FILL: FillMode = "echo"
+DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
+DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
+DEFAULT_PROMPT_CACHE_BYTES = 1 << 30  # KV states of other conversations kept, LRU
 
-def _parse_settings(
-    kind: str,
-    table: Mapping[str, tuple[str, Callable[[object], Any]]],
-    env: Mapping[str, str],
-    overrides: Mapping[str, object] | None,
-) -> dict[str, Any]:
-    """Parsed values from `env` (by variable name), then non-None `overrides` (by key)."""
-    values = {key: parse(env[var]) for key, (var, parse) in table.items() if var in env}
-    for key, raw in (overrides or {}).items():
-        if key not in table:
-            raise ValueError(f"unknown {kind} setting {key!r}: expected one of {', '.join(table)}")
-        if raw is not None:
-            values[key] = table[key][1](raw)
-    return values
+
+def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_bytes: int) -> None:
+    """Raise `ValueError` naming the flag of any server limit out of range."""
+    if max_queue < 1:
+        raise ValueError(f"--max-queue {max_queue}: expected an integer >= 1")
+    if prompt_cache_bytes < 0:
+        raise ValueError(f"--prompt-cache-bytes {prompt_cache_bytes}: expected >= 0")
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port}: expected 1..65535")
+    if max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
 
 
 def resolve_fill_config(
@@ -247,8 +200,8 @@ def resolve_fill_config(
     `default_mode` applies when neither says which mode (the server passes its own).
     """
     env = os.environ if env is None else env
-    base = FillConfig(fill=resolve_fill_mode(default_mode))
-    return replace(base, **_parse_settings("fill", _FILL_SETTINGS, env, overrides))
+    base = FillConfig(mode=resolve_fill_mode(default_mode))
+    return replace(base, **parse_settings("fill", _FILL_SETTINGS, env, overrides, _FILL_ALIASES))
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -273,7 +226,7 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
-resolve_dtype: Callable[[object], Dtype] = _choice(
+resolve_dtype: Callable[[object], Dtype] = choice(
     "FFWD_DTYPE", DTYPES, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"})
 
 
@@ -287,17 +240,17 @@ def resolve_device(raw: object) -> str:
 
 BackendKind = Literal["auto", "llamacpp", "transformers"]
 BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
-resolve_backend: Callable[[object], BackendKind] = _choice("FFWD_BACKEND", BACKENDS)
+resolve_backend: Callable[[object], BackendKind] = choice("FFWD_BACKEND", BACKENDS)
 
 
-_ENGINE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
+_ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "backend": ("FFWD_BACKEND", resolve_backend),
     "dtype": ("FFWD_DTYPE", resolve_dtype),
     "device": ("FFWD_DEVICE", resolve_device),
-    "threads": ("FFWD_THREADS", _int_in("FFWD_THREADS", 0, 1024)),
-    "prefill_chunk": ("FFWD_PREFILL_CHUNK", _int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
-    "context": ("FFWD_CONTEXT", _int_in("FFWD_CONTEXT", 0, 1 << 24)),
-    "llamacpp_log": ("FFWD_LLAMACPP_LOG", _flag("FFWD_LLAMACPP_LOG")),
+    "threads": ("FFWD_THREADS", int_in("FFWD_THREADS", 0, 1024)),
+    "prefill_chunk": ("FFWD_PREFILL_CHUNK", int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
+    "context": ("FFWD_CONTEXT", int_in("FFWD_CONTEXT", 0, 1 << 24)),
+    "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
 }
 
 
@@ -319,7 +272,7 @@ def resolve_engine_config(
 ) -> EngineConfig:
     """Engine settings from the environment (or `env`), then non-None `overrides` on top."""
     env = os.environ if env is None else env
-    return EngineConfig(**_parse_settings("engine", _ENGINE_SETTINGS, env, overrides))
+    return EngineConfig(**parse_settings("engine", _ENGINE_SETTINGS, env, overrides))
 
 
 # --- scale-out settings (ffwd.deploy; CLI flags and Serve config args only) ---
@@ -338,29 +291,16 @@ Router = Literal["affine", "pow2"]
 ROUTERS: tuple[Router, ...] = ("affine", "pow2")
 
 
-def _float_at_least(var: str, minimum: float) -> Callable[[object], float]:
-    def parse(raw: object) -> float:
-        value = None
-        if isinstance(raw, int | float | str) and not isinstance(raw, bool):
-            with contextlib.suppress(ValueError):
-                value = float(raw)
-        if value is None or not minimum <= value < float("inf"):
-            raise SettingError(var, raw, f"a number >= {minimum:g}")
-        return value
-
-    return parse
-
-
-_SCALE_SETTINGS: dict[str, tuple[str, Callable[[object], Any]]] = {
-    "replicas": ("--replicas", _int_in("--replicas", 1)),
-    "min_replicas": ("--min-replicas", _int_in("--min-replicas", 0)),
-    "max_replicas": ("--max-replicas", _int_in("--max-replicas", 1)),
-    "target_ongoing": ("--target-ongoing", _float_at_least("--target-ongoing", 0.1)),
-    "max_ongoing": ("--max-ongoing", _int_in("--max-ongoing", 1)),
-    "replica_cpus": ("--replica-cpus", _float_at_least("--replica-cpus", 0)),
-    "replica_gpus": ("--replica-gpus", _float_at_least("--replica-gpus", 0)),
-    "router": ("--router", _choice("--router", ROUTERS)),
-    "imbalance": ("--route-imbalance", _int_in("--route-imbalance", 0)),
+_SCALE_SETTINGS: dict[str, tuple[str, Parser]] = {
+    "replicas": ("--replicas", int_in("--replicas", 1)),
+    "min_replicas": ("--min-replicas", int_in("--min-replicas", 0)),
+    "max_replicas": ("--max-replicas", int_in("--max-replicas", 1)),
+    "target_ongoing": ("--target-ongoing", float_at_least("--target-ongoing", 0.1)),
+    "max_ongoing": ("--max-ongoing", int_in("--max-ongoing", 1)),
+    "replica_cpus": ("--replica-cpus", float_at_least("--replica-cpus", 0)),
+    "replica_gpus": ("--replica-gpus", float_at_least("--replica-gpus", 0)),
+    "router": ("--router", choice("--router", ROUTERS)),
+    "imbalance": ("--route-imbalance", int_in("--route-imbalance", 0)),
 }
 
 
@@ -385,7 +325,7 @@ class ScaleConfig:
 
 def resolve_scale_config(overrides: Mapping[str, object] | None = None) -> ScaleConfig:
     """Scale-out settings from flags or a Serve config's args (None values ignored)."""
-    values = _parse_settings("scale", _SCALE_SETTINGS, {}, overrides)
+    values = parse_settings("scale", _SCALE_SETTINGS, {}, overrides)
     values.setdefault("replicas", max(1, values.get("min_replicas", 1)))
     cfg = ScaleConfig(**values)
     if cfg.max_replicas is not None:

@@ -12,6 +12,7 @@ seconds, the weights ~20 s), so converted copies are cached under
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -221,8 +222,6 @@ def load_backend(
     `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
     curve comes from the cache unless `measure_cost` asks for a new measurement.
     """
-    from ffwd.engine.cost import load_or_measure
-
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = resolve_device(device)
     if engine_for(ref, backend, dev) == "llamacpp":
@@ -255,6 +254,33 @@ def load_backend(
 def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, threads: int) -> Path:
     """Where a model's measured forward costs are cached (per backend, dtype, device, threads)."""
     return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{dtype}-{device}-t{threads}.json"
+
+
+def read_cost_curve(path: Path) -> Any:
+    """The `CostCurve` cached at `path`, or None when there is none (or it is damaged)."""
+    from ffwd.engine.cost import CostCurve
+
+    try:
+        return CostCurve.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, AssertionError, TypeError):
+        return None
+
+
+def load_or_measure(backend: Any, path: Path, refresh: bool = False) -> Any:
+    """The `CostCurve` cached at `path`, or (none there, or `refresh`) a fresh
+    `ffwd.engine.measure.measure` saved there atomically."""
+    from ffwd.engine.measure import measure
+
+    curve = None if refresh else read_cost_curve(path)
+    if curve is not None:
+        return curve
+    curve = measure(backend)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(curve.as_dict(), fh)
+    os.replace(tmp, path)
+    return curve
 
 
 def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> str:

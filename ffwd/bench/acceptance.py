@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ffwd.config import FillConfig
 from ffwd.fill.echo import EchoConfig, EchoSource
 
 
@@ -51,7 +52,7 @@ def echo_walk(prompt: Sequence[int], output: Sequence[int], config: EchoConfig) 
     them for free, which becomes the next t. The output's length is the token
     budget (an output that stopped at an end id should include it).
 
-    >>> cfg = EchoConfig(k=2, max_span=4, max_candidates=1)
+    >>> cfg = EchoConfig(k=2, max_span=4, max_candidates=1, index_max=1024)
     >>> # After "5 6" the history goes on "7 8 9 4"; the output keeps "7 8", then
     >>> # writes 0: 8 ids in 5 forwards (the first id comes from the prefill).
     >>> for step in echo_walk([5, 6, 7, 8, 9], [4, 5, 6, 7, 8, 0, 3, 2], cfg):
@@ -135,7 +136,7 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]
                            prompt_cache_bytes=0)
     out = []
     for item in select(workloads, args.limit, args.seed):
-        prompt = service.prepare_chat(chat_request(item, "off")).prompt_ids
+        prompt = service.prepare(chat_request(item, "off")).prompt_ids
         result = generate(service.backend, service.tokenizer, prompt, SamplingParams(),
                           max_tokens=item.max_tokens)
         # The end id is part of what the model wrote (a verify span can run into it).
@@ -161,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = _outputs(args)
     table: list[dict[str, Any]] = []
     for k, cand, span in itertools.product(args.k, args.candidates, args.max_span):
-        cfg = EchoConfig(k=k, max_span=span, max_candidates=cand)
+        cfg = EchoConfig(k=k, max_span=span, max_candidates=cand,
+                         index_max=FillConfig().index_max)
         # One walk per output; the pooled row reuses them.
         walked = [(w, echo_walk(pr, o, cfg), len(o)) for w, pr, o in runs]
         for workload in [*sorted({w for w, _, _ in runs}), "pooled"]:

@@ -103,8 +103,8 @@ def _backend(ref: Any, engine: str, dtype: str, threads: int) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from ffwd.engine.cli import prompt_ids
     from ffwd.models import engine_for, load_tokenizer, resolve_model
+    from ffwd.templates.render import encode_prompt
 
     p = argparse.ArgumentParser(prog="python -m ffwd.bench.agreement", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     ref = resolve_model(args.model)
     tok = load_tokenizer(ref)
-    prompts = [prompt_ids(tok, q, raw=False) for q in PROMPTS[: args.prompts]]  # as served
+    prompts = [encode_prompt(tok, q) for q in PROMPTS[: args.prompts]]  # as served
     engine = engine_for(ref, args.backend)
     report: dict[str, Any] = {"model": ref.name, "backend": engine, "span": args.span, "runs": []}
     for threads in (int(t) for t in args.threads.split(",")):

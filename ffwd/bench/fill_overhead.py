@@ -18,7 +18,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from ffwd.fill import FILL_KINDS, EchoConfig, FillPlan, FillRow, FillSession
+from ffwd.config import FillConfig
+from ffwd.fill import FILL_KINDS, FillPlan, FillRow, FillSession
 
 VOCAB = 49152
 
@@ -51,10 +52,11 @@ def run(history: int, steps: int, seed: int = 0) -> dict[str, float]:
     rng = random.Random(seed)
     hist = synthetic_history(history + steps, rng)
     prompt, stream = hist[:history], hist[history:]
+    fill = FillConfig(mode="echo")  # the served defaults
     plan = FillPlan(
-        rows=synthetic_rows(rng), echo=EchoConfig(), delimiters=frozenset({34}), eos=(2,)
+        rows=synthetic_rows(rng), echo=fill.echo_config(), delimiters=frozenset({34}), eos=(2,)
     )
-    session = FillSession(plan, prompt)
+    session = FillSession(plan, prompt, max_span=fill.max_span)
     accepts = [rng.randint(0, 32) for _ in range(steps)]
     pushes = entered = proposals = 0
     t0 = time.perf_counter()

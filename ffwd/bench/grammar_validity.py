@@ -27,9 +27,9 @@ import jsonschema
 
 from ffwd.bench.bfcl import CATEGORIES, load_entries
 from ffwd.config import FillConfig
-from ffwd.serve.events import Event, Finished
-from ffwd.serve.protocol import ChatCompletionRequest
-from ffwd.serve.service import ModelService
+from ffwd.engine.generate import GenerationResult
+from ffwd.serve.dialects.chat import parse_chat
+from ffwd.serve.service import Event, ModelService
 from ffwd.templates.formats import FORMATS
 from ffwd.templates.render import normalize_tools
 
@@ -58,22 +58,22 @@ def measure(
     for entry in entries:
         tools = normalize_tools(entry.tools)
         named = {"type": "function", "function": {"name": entry.call.name}}
-        req = ChatCompletionRequest.model_validate({
+        req = parse_chat({
             "messages": entry.messages, "tools": tools,
             "tool_choice": named if choice == "named" else "required",
             "max_tokens": max_tokens, "temperature": 0.0, "ffwd": {"grammar": grammar},
         })
         events: list[Event] = []
         service.reset()
-        service.run(service.prepare_chat(req), events.append, lambda: False)
+        service.run(service.prepare(req), events.append, lambda: False)
         done = events[-1]
-        assert isinstance(done, Finished)
+        assert isinstance(done, GenerationResult)
         counts["requests"] += 1
-        counts["valid"] += valid(done.tool_calls, tools)
-        counts["cut"] += done.usage.completion_tokens >= max_tokens
-        counts["tokens"] += done.usage.completion_tokens
-        counts["injected"] += done.ffwd["stats"]["injected"]
-        decode_s += done.ffwd["seconds"] - done.ffwd["prefill_seconds"]
+        counts["valid"] += valid(done.calls, tools)
+        counts["cut"] += done.completion_tokens >= max_tokens
+        counts["tokens"] += done.completion_tokens
+        counts["injected"] += done.stats.injected
+        decode_s += done.seconds - done.prefill_seconds
     n = max(1, counts["requests"])
     return {**counts, "valid_share": round(counts["valid"] / n, 4),
             "decode_tok_s": round(counts["tokens"] / decode_s, 2) if decode_s else 0.0}
@@ -101,7 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = load_backend(args.model, backend=args.backend, dtype=args.dtype, tokenizer=tokenizer)
     entries = [e for c in args.bfcl for e in load_entries(c, args.limit)]
     for fmt in args.format:
-        service = ModelService(backend, tokenizer, args.model, FillConfig(fill=args.fill),
+        service = ModelService(backend, tokenizer, args.model, FillConfig(mode=args.fill),
                                tool_format=fmt, prompt_cache_bytes=0)
         for setting in args.grammar:
             for choice in args.tool_choice:

@@ -36,7 +36,8 @@ from typing import Any, Protocol
 import httpx
 
 from ffwd.bench.workloads import Item
-from ffwd.serve.protocol import ChatCompletionRequest
+from ffwd.serve.dialects.chat import parse_chat
+from ffwd.serve.request import GenerationRequest
 from ffwd.templates import formats
 
 FFWD_FILLS = ("off", "strict", "echo")
@@ -94,9 +95,10 @@ def chat_body(item: Item, fill: str, grammar: bool = True) -> dict[str, Any]:
     }
 
 
-def chat_request(item: Item, fill: str, grammar: bool = True) -> ChatCompletionRequest:
-    """`chat_body` as the server validates it (the bench renders prompts with it)."""
-    return ChatCompletionRequest.model_validate(chat_body(item, fill, grammar))
+def chat_request(item: Item, fill: str, grammar: bool = True) -> GenerationRequest:
+    """`chat_body` as the server validates and translates it (the bench renders prompts
+    with it)."""
+    return parse_chat(chat_body(item, fill, grammar))
 
 
 def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -> Outcome:

@@ -27,11 +27,12 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from ffwd.deploy.router import StatsCollector
 from ffwd.deploy.spec import DeploySpec
+from ffwd.engine.generate import GenerationResult
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import APIError, as_api_error, server_error
-from ffwd.serve.events import Finished
-from ffwd.serve.execute import LocalExecutor, Request, Started, queue_full
+from ffwd.serve.execute import LocalExecutor, Started, queue_full
 from ffwd.serve.metrics import Metrics
+from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import load_service
 
 REPLICA_HEADER = "x-ffwd-replica"  # which model replica served the response
@@ -59,7 +60,7 @@ class ModelReplica:
     def info(self) -> dict[str, str]:
         return {"model_id": self.executor.model_id, "replica": self.replica}
 
-    async def generate(self, req: Request) -> AsyncIterator[object]:
+    async def generate(self, req: GenerationRequest) -> AsyncIterator[object]:
         loop = asyncio.get_running_loop()
         items: asyncio.Queue[object] = asyncio.Queue()
 
@@ -74,8 +75,8 @@ class ModelReplica:
         yield Accepted(self.replica)
         try:
             while (item := await items.get()) is not _END:
-                if isinstance(item, Finished):
-                    item = replace(item, ffwd={**item.ffwd, "replica": self.replica})
+                if isinstance(item, GenerationResult):
+                    item = replace(item, replica=self.replica)
                 elif isinstance(item, BaseException):
                     item = as_api_error(item)  # an APIError pickles; any exception may not
                 yield item
@@ -138,7 +139,7 @@ class RayExecutor:
         if self._on_depth is not None:
             self._on_depth(self._waiting)
 
-    async def start(self, req: Request, put: Callable[[object], None],
+    async def start(self, req: GenerationRequest, put: Callable[[object], None],
                     end: Callable[[], None]) -> Started:
         gen = cast(DeploymentResponseGenerator[Any], self.handle.generate.remote(req))
         self._count(+1)

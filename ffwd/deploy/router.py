@@ -31,7 +31,7 @@ from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.request import GenerationRequest
 
 BLOCK = 64  # characters per hashed block (~16 tokens)
 DEFAULT_MAX_BLOCKS = 1 << 16  # per replica: ~4M characters of prompts remembered
@@ -46,16 +46,16 @@ def prompt_blocks(req: object) -> list[str]:
     next turn resends the same pieces, so even a short message is a block of
     its own. A completion prompt grows at its end, so only its whole blocks count.
 
-    >>> [len(b) for b in prompt_blocks(CompletionRequest(prompt="x" * 150))]
+    >>> [len(b) for b in prompt_blocks(GenerationRequest("r", "text", prompt="x" * 150))]
     [64, 64]
     """
-    if isinstance(req, CompletionRequest):
-        return cut(req.prompt_text, BLOCK, tail=False)
-    if not isinstance(req, ChatCompletionRequest):
+    if not isinstance(req, GenerationRequest):
         return []
-    shown = req.tools if req.tools and req.tool_choice_value != "none" else None
+    if req.kind == "text":
+        return cut(req.prompt, BLOCK, tail=False)
+    shown = req.tools if req.tools and req.tool_choice != "none" else None
     pieces = [json.dumps(shown, sort_keys=True)] if shown else []
-    pieces += [json.dumps(m.as_template_message(), sort_keys=True) for m in req.messages]
+    pieces += [json.dumps(m, sort_keys=True) for m in req.messages]
     return [b for p in pieces for b in cut(p, BLOCK, tail=True)]
 
 

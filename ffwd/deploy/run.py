@@ -68,7 +68,7 @@ def serve_replicas(spec: DeploySpec, ray_address: str | None) -> int:
         serve.run(build_app(spec), name=APP_NAME, route_prefix="/", blocking=False)
         print(
             f"ffwd serving {spec.model} on {spec.scale.replicas} replicas (router "
-            f"{spec.scale.router}, fill {spec.fill.fill}) at http://{spec.host}:{spec.port}/v1; "
+            f"{spec.scale.router}, fill {spec.fill.mode}) at http://{spec.host}:{spec.port}/v1; "
             f"Ray cluster {ray.get_runtime_context().gcs_address} "
             f"({'started here' if local else 'joined'})", file=sys.stderr, flush=True,
         )

@@ -15,16 +15,18 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ffwd.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PROMPT_CACHE_BYTES,
+    SERVER_DEFAULT_FILL,
     EngineConfig,
     FillConfig,
     ScaleConfig,
+    check_limits,
     resolve_engine_config,
     resolve_fill_config,
     resolve_scale_config,
 )
-from ffwd.serve.body import DEFAULT_MAX_BYTES
-from ffwd.serve.cli import SERVER_DEFAULT_FILL, check_limits
-from ffwd.serve.service import DEFAULT_PROMPT_CACHE_BYTES
 
 APP_NAME = "ffwd"
 MODEL_DEPLOYMENT = "ModelReplica"
@@ -43,8 +45,8 @@ class DeploySpec:
     tool_format: str | None = None
     prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES
     api_key: str | None = None
-    max_queue: int = 16  # requests waiting at the ingress for a replica with room
-    max_body_bytes: int = DEFAULT_MAX_BYTES
+    max_queue: int = DEFAULT_MAX_QUEUE  # requests waiting at the ingress for a replica
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     host: str = "127.0.0.1"
     port: int = 8000
 

@@ -18,23 +18,73 @@ Contract
   no longer matches its ids.
 * Where the cache cannot be cut back (recurrent state), `checkpoint()` returns
   an opaque snapshot and `restore(cp)` puts the cache back to it, ids
-  included; `can_checkpoint` says whether that is available.
-* `cost` is the measured `CostCurve` (None until a loader measures it) and
-  `span_cost(m)` reads it: the ms one forward of m ids costs now. The decode
-  loop keeps it current and sizes verify spans with it.
+  included; `can_checkpoint` says whether that is available. `mark()` and
+  `undo(mark, keep)` choose between the two: a verify span is marked before
+  its forward and undone to the ids the model kept.
+* `save_state()` / `load_state(state)` keep a whole sequence for later (the
+  prompt cache); `trims_freely` says whether a loaded state may then be cut
+  back to any prefix.
+* `cost` is the measured `CostCurve` (None until a loader measures it); the
+  decode loop keeps it current and sizes verify spans with it.
+* `engine`, `device`, `dtype_name`, `threads` and `context_window` say what the
+  model runs as (`ffwd info`, the start-up banner, the server's limits).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from ffwd.engine.cost import CostCurve
+from ffwd.fill.prefix import common_prefix
+
+
+@dataclass(frozen=True, slots=True)
+class CacheState:
+    """A whole sequence saved for later (the serve layer's prompt cache keeps these).
+
+    `snapshot` is the backend's own; `nbytes` what keeping it costs."""
+
+    ids: tuple[int, ...]
+    snapshot: object
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Mark:
+    """Where a cache stood before a verify span: its length, and a checkpoint when
+    the cache cannot be rewound (None when it can)."""
+
+    length: int
+    snapshot: object | None = None
 
 
 class Backend(Protocol):
     """A causal LM with one cache the decode loop extends, reads and cuts back."""
+
+    engine: str  # "llama.cpp" or "transformers"
+    cost: CostCurve | None
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype_name(self) -> str:
+        """The weights' type as `ffwd info` names it (float32, gguf, ...)."""
+        ...
+
+    @property
+    def threads(self) -> int:
+        """Compute threads on the CPU."""
+        ...
+
+    @property
+    def context_window(self) -> int:
+        """The most ids the cache may hold (prompt and output together)."""
+        ...
 
     @property
     def vocab_size(self) -> int: ...
@@ -71,6 +121,11 @@ class Backend(Protocol):
     def can_checkpoint(self) -> bool: ...
 
     @property
+    def trims_freely(self) -> bool:
+        """Whether a saved state can be cut back to any prefix (plain attention only)."""
+        ...
+
+    @property
     def forward_calls(self) -> int:
         """Model forward passes so far (prefill chunks included)."""
         ...
@@ -78,12 +133,6 @@ class Backend(Protocol):
     @property
     def last_logits(self) -> torch.Tensor:
         """float32 logits after the last id forwarded (shape ``(vocab_size,)``)."""
-        ...
-
-    cost: CostCurve | None
-
-    def span_cost(self, m: int) -> float:
-        """ms of one forward of `m` ids (every row) by the measured curve."""
         ...
 
     def prefill(self, ids: list[int]) -> int: ...
@@ -98,6 +147,14 @@ class Backend(Protocol):
 
     def restore(self, checkpoint: object) -> None: ...
 
+    def mark(self) -> Mark: ...
+
+    def undo(self, mark: Mark, keep: Sequence[int] = ()) -> list[int]: ...
+
+    def save_state(self) -> CacheState: ...
+
+    def load_state(self, state: CacheState) -> None: ...
+
     def reset(self) -> None:
         """Drop the whole cache."""
         ...
@@ -107,7 +164,7 @@ class CacheBookkeeping:
     """The `Backend` facts every engine keeps alike, read from the fields it sets:
     ``_vocab``, ``_eos``, ``_max_append``, ``_ids`` (the ids cached, in order),
     ``_forward_calls``, ``_last`` (the last logits row; None after a reset or a
-    rewind) and ``cost``."""
+    rewind); and `mark`/`undo` on top of the engine's rewind and checkpoint."""
 
     _vocab: int
     _eos: frozenset[int]
@@ -115,7 +172,6 @@ class CacheBookkeeping:
     _ids: list[int]
     _forward_calls: int
     _last: torch.Tensor | None
-    cost: CostCurve | None
 
     @property
     def vocab_size(self) -> int:
@@ -147,10 +203,33 @@ class CacheBookkeeping:
             raise RuntimeError("no logits yet: prefill or forward first")
         return self._last
 
-    def span_cost(self, m: int) -> float:
-        if self.cost is None:
-            raise RuntimeError("no cost curve: ffwd.models.load_backend measures one")
-        return self.cost.cost(m)
+    # Provided by the engine (declared here for the two methods below).
+    @property
+    def can_rewind(self) -> bool:
+        raise NotImplementedError
+
+    def checkpoint(self) -> object:
+        raise NotImplementedError
+
+    def restore(self, checkpoint: object) -> None:
+        raise NotImplementedError
+
+    def rewind(self, n: int) -> None:
+        raise NotImplementedError
+
+    def mark(self) -> Mark:
+        """Where the cache stands now, for `undo`: a checkpoint only where it cannot rewind."""
+        return Mark(len(self._ids), None if self.can_rewind else self.checkpoint())
+
+    def undo(self, mark: Mark, keep: Sequence[int] = ()) -> list[int]:
+        """Cut the cache back to `mark` plus the ids `keep` (which it holds right after
+        the mark). A rewind drops the rest; a restored checkpoint loses `keep` too, and
+        returns them: the caller forwards them again. Returns [] after a rewind."""
+        if mark.snapshot is None:
+            self.rewind(len(self._ids) - mark.length - len(keep))
+            return []
+        self.restore(mark.snapshot)
+        return list(keep)
 
 
 def check_rewind(backend: Backend, n: int, name: str) -> None:
@@ -174,10 +253,7 @@ def keep_common_prefix(backend: Backend, ids: list[int], *, can_reuse: bool = Tr
     if not ids:
         raise ValueError("prefill of an empty prompt")
     cached = backend.cached_ids
-    limit = min(len(cached), len(ids) - 1) if can_reuse else 0
-    n = 0
-    while n < limit and cached[n] == ids[n]:
-        n += 1
+    n = min(common_prefix(cached, ids), len(ids) - 1) if can_reuse else 0
     if n < len(cached) and len(cached) - n > backend.rewindable:
         n = 0
     if n == 0:

@@ -7,10 +7,11 @@ the decode loop makes: ``rows`` (every position's logits: a verify span) and
 points it interpolates linearly; past the last point it extrapolates the last
 segment; past the backend's `max_append` a forward is impossible (``inf``).
 
-The shape comes from `measure` (a few timed forwards at load, cached as JSON
-per model, backend, dtype and threads); the level follows the forwards the
-loop really makes: each `observe` moves a running factor towards the ratio of
-what a forward took to what the curve predicted, so a machine that gets busy
+The shape comes from `ffwd.engine.measure` (a few timed forwards at load,
+cached as JSON per model, backend, dtype and threads by `ffwd.models`); the
+level follows the forwards the loop really makes: each `observe` moves a
+running factor towards the ratio of what a forward took to what the curve
+predicted, so a machine that gets busy
 (every forward slower) moves the whole curve, not only the points it hits.
 
 For caches that cannot rewind, `undo` is what a rejected span adds: a
@@ -20,20 +21,12 @@ checkpoint before it and a restore after it (measured too).
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
-import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from ffwd.fill.spans import POINTS, Undo
-
-if TYPE_CHECKING:  # the protocol module names CostCurve in turn
-    from ffwd.engine.backend import Backend
+from ffwd.fill.spans import Undo
 
 Kind = Literal["rows", "last"]
 KINDS: tuple[Kind, ...] = ("rows", "last")
@@ -69,6 +62,15 @@ class CostCurve:
         predicted = _interpolate(getattr(self, kind), m)
         if ms > 0 and m <= self.max_append:
             self.level += SMOOTHING * (ms / predicted - self.level)
+
+    def describe(self) -> str:
+        """The curve in one line: ms per forward of m ids, all rows and last row only."""
+
+        def ms(table: dict[int, float]) -> str:
+            return ", ".join(f"{m}: {v:.1f}" for m, v in sorted(table.items()))
+
+        return (f"ms per forward of m ids, all rows {{{ms(self.rows)}}}, "
+                f"last row {{{ms(self.last)}}}")
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -121,88 +123,3 @@ def _interpolate(table: Mapping[int, float], m: int) -> float:
         if m < b:
             break
     return table[lo] + (table[hi] - table[lo]) * (m - lo) / (hi - lo)
-
-
-def measure(
-    backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS
-) -> CostCurve:
-    """Time forwards of each length in `points` after a `context`-id prompt, both
-    kinds, and the checkpoint/restore of a cache that cannot rewind.
-
-    One untimed round first (a shape's first call may compile kernels), then
-    `repeats` rounds over every (length, kind), keeping each point's median:
-    rounds rather than one point at a time, so that a machine whose speed
-    drifts during the measurement skews every point alike (the running level
-    corrects the scale later; the shape is what must be right).
-    Leaves the backend's cache empty.
-    """
-    vocab = backend.vocab_size
-    prompt = [(7 * i + 3) % vocab for i in range(context)]
-    span = [(11 * i + 5) % vocab for i in range(max(points))]
-    shapes = [(m, kind) for m in points if m <= backend.max_append for kind in KINDS]
-    backend.reset()
-    backend.prefill(prompt)
-    times: dict[tuple[int, Kind], list[float]] = {shape: [] for shape in shapes}
-    befores: list[float] = []
-    afters: list[float] = []
-    for rnd in range(repeats + 1):
-        for m, kind in shapes:
-            saved, ms_before = _checkpoint(backend)
-            t0 = time.perf_counter()
-            if kind == "rows":
-                backend.forward(span[:m])
-            else:
-                backend.append(span[:m])
-            ms = (time.perf_counter() - t0) * 1000
-            # Without rewind or checkpoint there is nothing to undo with: the
-            # context grows by m, which a short measurement can afford.
-            if backend.can_rewind or backend.can_checkpoint:
-                ms_after = _undo(backend, saved, m)
-                if rnd and saved is not None:
-                    befores.append(ms_before)
-                    afters.append(ms_after)
-            if rnd:
-                times[(m, kind)].append(ms)
-    backend.reset()
-    undo = Undo(_median(befores), _median(afters), replay=True) if befores else Undo()
-    table = {kind: {m: _median(times[(m, k)]) for m, k in shapes if k == kind} for kind in KINDS}
-    return CostCurve(table["rows"], table["last"], backend.max_append, undo)
-
-
-def _checkpoint(backend: Backend) -> tuple[object | None, float]:
-    if backend.can_rewind or not backend.can_checkpoint:
-        return None, 0.0
-    t0 = time.perf_counter()
-    saved = backend.checkpoint()
-    return saved, (time.perf_counter() - t0) * 1000
-
-
-def _undo(backend: Backend, saved: object | None, m: int) -> float:
-    t0 = time.perf_counter()
-    if saved is None:
-        backend.rewind(m)
-    else:
-        backend.restore(saved)
-    return (time.perf_counter() - t0) * 1000
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if s else 0.0
-
-
-def load_or_measure(backend: Backend, path: Path, refresh: bool = False) -> CostCurve:
-    """The curve cached at `path`, or (none there, or `refresh`) a fresh `measure`
-    saved there atomically."""
-    try:
-        if not refresh:
-            return CostCurve.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, AssertionError, TypeError):
-        pass
-    curve = measure(backend)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(curve.as_dict(), fh)
-    os.replace(tmp, path)
-    return curve

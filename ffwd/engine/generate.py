@@ -1,10 +1,12 @@
-"""Text-level generation: prefill, the decode loop, detokenized and stopped text.
+"""Text-level generation: prefill, the decode loop, its events with text, the result.
 
-* `stream_generate` prefills, runs `ffwd.engine.loop.generate_step`, and
-  yields `StreamChunk`s of released text (stop strings held back until they
-  can no longer match), checking EOS, stop strings and cancellation on every
-  id, injected ones included. Its last chunk carries the `GenerationResult`.
-* `generate` joins the stream into a `GenerationResult`.
+* `stream_generate` prefills, runs `ffwd.engine.loop.generate_step`, passes each
+  `TokenEvent` through the request's `OutputText` (its text, stop strings and
+  tool-call deltas) and yields it; the last item is the `GenerationResult`.
+  Every stop is decided here, on every emitted id, injected ones included: the
+  model's EOS, `max_tokens` (where the loop ends), a stop string, the calls the
+  request may make, and a cancelled client.
+* `generate` runs the stream and returns its result.
 
 `open_session` builds the request's `FillSession` from its plan and fill
 settings (None for plain decoding).
@@ -18,29 +20,32 @@ asks it for the ids the grammar forces.
 
 from __future__ import annotations
 
-__all__ = [
-    "FinishReason", "GenerationResult", "StreamChunk", "TokenLogprob", "generate",
-    "open_session", "stream_generate", "token_logprob",
-]
-
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
-from ffwd.engine.loop import SpanPolicy, TokenLogprob, TokenOrigin, generate_step, token_logprob
+from ffwd.engine.events import FinishReason, TokenEvent, TokenOrigin
+from ffwd.engine.loop import SpanPolicy, generate_step
 from ffwd.engine.sampling import SamplingParams, TokenConstraint, make_sampler
-from ffwd.engine.text import Detokenizer, StopMatcher
-from ffwd.fill import ConstrainingSource, FillPlan, FillSession, FillStats, TraceWriter
-from ffwd.fill.session import StrictFillContext
-
-FinishReason = Literal["stop", "length", "cancelled"]
+from ffwd.engine.text import OutputText
+from ffwd.fill import ConstrainingSource, FillPlan, FillRow, FillSession, FillStats, TraceWriter
+from ffwd.templates.formats.base import Delta, Rule, ToolCall, ToolCallContext, ToolParser
+from ffwd.templates.text import decode_ids
 
 
 @dataclass(slots=True)
 class GenerationResult:
+    """The whole generation, the last item of `stream_generate`.
+
+    `content` and `calls` are the join of the deltas the events carried (plus
+    `tail`, what was held back until the end), so they are exactly what a
+    streaming client assembled. `stop_sequence` is the stop string that ended
+    the text, if one did.
+    """
+
     text: str
     token_ids: list[int]  # emitted ids, EOS excluded
     origins: list[TokenOrigin]
@@ -51,6 +56,13 @@ class GenerationResult:
     cached_tokens: int  # prompt ids reused from the backend's cache
     seconds: float
     prefill_seconds: float
+    content: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    tail: tuple[Delta, ...] = ()
+    stop_sequence: str | None = None
+    fill: str = "off"  # the fill mode that ran
+    grammar: bool = False  # whether a grammar constrained the output
+    replica: str | None = None  # the replica that ran it (scale-out)
 
     @property
     def completion_tokens(self) -> int:
@@ -70,21 +82,18 @@ class GenerationResult:
             "prefill_seconds": round(self.prefill_seconds, 4),
         }
 
-
-@dataclass(frozen=True, slots=True)
-class StreamChunk:
-    """Released text and the id that produced it; the last chunk closes the stream.
-
-    The closing chunk has ``token_id=None``, the remaining held-back text,
-    `finish_reason` and `result`.
-    """
-
-    text: str
-    token_id: int | None
-    origin: TokenOrigin | None
-    finish_reason: FinishReason | None = None
-    result: GenerationResult | None = None
-    logprob: TokenLogprob | None = None
+    def ffwd_block(self) -> dict[str, Any]:
+        """What every API response reports in its ``ffwd`` object."""
+        injected: dict[str, int] = {}
+        for origin in self.origins:
+            if origin != "sampled":
+                injected[origin] = injected.get(origin, 0) + 1
+        block = {
+            "fill": self.fill, "grammar": self.grammar, "stats": self.stats.as_dict(),
+            "forward_calls": self.forward_calls, "injected_by_origin": injected,
+            "seconds": round(self.seconds, 4), "prefill_seconds": round(self.prefill_seconds, 4),
+        }
+        return block if self.replica is None else {**block, "replica": self.replica}
 
 
 def open_session(
@@ -94,7 +103,7 @@ def open_session(
     eos_ids: frozenset[int],
     *,
     decode: Callable[[Sequence[int]], str] | None = None,
-    strict_context: StrictFillContext | None = None,
+    strict_context: ToolCallContext | None = None,
     grammar: ConstrainingSource | None = None,
 ) -> FillSession | None:
     """The request's `FillSession`, or None for plain decoding.
@@ -103,9 +112,9 @@ def open_session(
     the config's. The backend's EOS ids are added to the plan's so no span ever
     carries one. A `grammar` proposes the ids it forces, after the strict rows.
     """
-    if plan is None or fill.fill == "off":
+    if plan is None or fill.mode == "off":
         return None
-    echo = None if fill.fill == "strict" else plan.echo or fill.echo_config()
+    echo = None if fill.mode == "strict" else plan.echo or fill.echo_config()
     plan = replace(plan, echo=echo, eos=tuple(sorted(set(plan.eos) | eos_ids)))
     return FillSession(
         plan, prompt_ids,
@@ -124,78 +133,103 @@ def stream_generate(
     stop: Sequence[str] = (),
     plan: FillPlan | None = None,
     fill: FillConfig | None = None,
-    strict_context: StrictFillContext | None = None,
+    parser: ToolParser | None = None,
+    rules: Mapping[FillRow, Sequence[Rule]] | None = None,
+    max_calls: int | None = None,
     constraint: TokenConstraint | None = None,
     cancelled: Callable[[], bool] | None = None,
     policy: SpanPolicy | None = None,
     logprobs: int | None = None,
-) -> Iterator[StreamChunk]:
-    """Prefill `prompt_ids` and stream the generation as text chunks.
+) -> Iterator[TokenEvent | GenerationResult]:
+    """Prefill `prompt_ids` and stream the generation's events, then its result.
 
-    `plan=None` or ``fill.fill == "off"`` decodes plainly; `policy` sizes verify
-    spans (default: the backend's cost curve). `constraint` (a grammar) masks
-    every draw; with fill on, a constraint that is also a `ConstrainingSource`
-    has its forced ids fast-forwarded. Tracing follows `fill.trace`
-    (records to `fill.trace_path`; cache checks whenever on). `logprobs` (see
-    `generate_step`) puts a `TokenLogprob` on every id's chunk.
+    `plan=None` or fill ``off`` decodes plainly; `policy` sizes verify spans.
+    `parser` reads tool calls out of the output (and with the plan's row
+    `rules`, gates the rows); `max_calls` ends the generation after that many.
+    `constraint` (a grammar) masks every draw and, as a `ConstrainingSource`,
+    has its forced ids fast-forwarded. `logprobs`: see `generate_step`.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens}: expected an integer >= 1")
     fill = fill or FillConfig()
     t0 = time.perf_counter()
     calls0 = backend.forward_calls
+    # 1. prefill, then the request's text layer and fill session (rows gated on its parser).
     cached = backend.prefill(list(prompt_ids))
     t_prefill = time.perf_counter() - t0
-    grammar = constraint if isinstance(constraint, ConstrainingSource) else None
+    out = OutputText(tokenizer, stop, parser, max_calls)
     session = open_session(
-        plan, prompt_ids, fill, backend.eos_ids,
-        decode=tokenizer.decode, strict_context=strict_context, grammar=grammar,
-    )
+        plan, prompt_ids, fill, backend.eos_ids, decode=lambda ids: decode_ids(tokenizer, ids),
+        strict_context=_gate(rules, out),
+        grammar=constraint if isinstance(constraint, ConstrainingSource) else None)
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
-    sampler = make_sampler(params, prompt_ids, constraint)
     steps = generate_step(
-        backend, sampler, max_tokens=max_tokens, session=session, policy=policy,
-        trace=trace, check_cache=fill.trace_checks, logprobs=logprobs,
+        backend, make_sampler(params, prompt_ids, constraint), max_tokens=max_tokens,
+        session=session, policy=policy, trace=trace, check_cache=fill.trace_checks,
+        logprobs=logprobs,
     )
-    detok, stops = Detokenizer(tokenizer), StopMatcher(stop)
+    # 2. every event through the text layer, every stop checked after each id.
     ids: list[int] = []
     origins: list[TokenOrigin] = []
-    text: list[str] = []
-    finish: FinishReason = "length"
-    hit_stop = False
+    finish = yield from _events(steps, out, backend.eos_ids, cancelled, ids, origins, trace)
+    # 3. what was held back, and the joined reply.
+    tail = out.finish(cut=finish != "stop" or out.stop_sequence is not None)
+    finish = "tool_calls" if out.complete_calls and finish == "stop" else finish
+    yield GenerationResult(
+        text=out.text, token_ids=ids, origins=origins, finish_reason=finish,
+        stats=session.stats if session is not None else FillStats(decode_steps=len(ids)),
+        forward_calls=backend.forward_calls - calls0, prompt_tokens=len(prompt_ids),
+        cached_tokens=cached, seconds=time.perf_counter() - t0, prefill_seconds=t_prefill,
+        content=out.content, calls=out.calls, tail=tail, stop_sequence=out.stop_sequence,
+        fill=fill.mode if session is not None else "off", grammar=constraint is not None,
+    )
+
+
+def _events(
+    steps: Generator[TokenEvent, None, None], out: OutputText, eos: frozenset[int],
+    cancelled: Callable[[], bool] | None, ids: list[int], origins: list[TokenOrigin],
+    trace: TraceWriter | None,
+) -> Generator[TokenEvent, None, FinishReason]:
+    """The loop's events with their text, until a stop; returns why it stopped. The
+    emitted ids (EOS excluded) and their origins go into `ids` and `origins`; the loop
+    and its `trace` are closed at the end, however it came."""
     try:
         for event in steps:
-            if event.token_id in backend.eos_ids:
-                finish = "stop"
-                break
-            ids.append(event.token_id)
+            if event.id in eos:
+                return "stop"
+            ids.append(event.id)
             origins.append(event.origin)
-            released, hit_stop = stops.feed(detok.add(event.token_id))
-            text.append(released)
-            yield StreamChunk(released, event.token_id, event.origin, logprob=event.logprob)
-            if hit_stop:
-                finish = "stop"
-                break
-            if cancelled is not None and cancelled():
-                finish = "cancelled"
-                break
+            yield out.feed(event)
+            reason = _stopped(out, cancelled)
+            if reason is not None:
+                return reason
+        return "length"
     finally:
         steps.close()
         if trace is not None:
             trace.close()
-    tail = ""
-    if not hit_stop:
-        # Generation ended on its own: release what was held back, unless it completes a stop.
-        tail, matched = stops.feed(detok.flush())
-        tail += "" if matched else stops.flush()
-    text.append(tail)
-    stats = session.stats if session is not None else FillStats(decode_steps=len(ids))
-    result = GenerationResult(
-        text="".join(text), token_ids=ids, origins=origins, finish_reason=finish, stats=stats,
-        forward_calls=backend.forward_calls - calls0, prompt_tokens=len(prompt_ids),
-        cached_tokens=cached, seconds=time.perf_counter() - t0, prefill_seconds=t_prefill,
-    )
-    yield StreamChunk(tail, None, None, finish_reason=finish, result=result)
+
+
+def _gate(
+    rules: Mapping[FillRow, Sequence[Rule]] | None, out: OutputText
+) -> ToolCallContext | None:
+    """The template rows' gate: their rules, on the parser that reads the reply."""
+    if not rules:
+        return None
+    if out.parser is None:
+        raise ValueError("template rows need the parser that gates them")
+    return ToolCallContext(rules, out.parser, lambda: out.ready)
+
+
+def _stopped(out: OutputText, cancelled: Callable[[], bool] | None) -> FinishReason | None:
+    """A text-level stop after the last id: a stop string, the calls made, the client gone."""
+    if out.stop_sequence is not None:
+        return "stop"
+    if out.calls_done:
+        return "tool_calls"
+    if cancelled is not None and cancelled():
+        return "cancelled"
+    return None
 
 
 def generate(
@@ -207,7 +241,8 @@ def generate(
 ) -> GenerationResult:
     """Run `stream_generate` to the end and return its result (same arguments)."""
     result: GenerationResult | None = None
-    for chunk in stream_generate(backend, tokenizer, prompt_ids, params, **kwargs):
-        result = chunk.result or result
+    for item in stream_generate(backend, tokenizer, prompt_ids, params, **kwargs):
+        if isinstance(item, GenerationResult):
+            result = item
     assert result is not None
     return result

@@ -28,19 +28,12 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-from ffwd.engine.backend import CacheBookkeeping, check_rewind, keep_common_prefix
+from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
+from ffwd.engine.cost import CostCurve
 
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
-
-
-@dataclass(frozen=True, slots=True)
-class CacheState:
-    """A whole cache saved for later (the serve layer's prompt cache keeps these)."""
-
-    ids: tuple[int, ...]
-    snapshot: _Snapshot
-    nbytes: int
+DEFAULT_CONTEXT_WINDOW = 8192  # when the model's config does not say
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +74,8 @@ def _config_eos(model: Any) -> frozenset[int]:
 class HFBackend(CacheBookkeeping):
     """A transformers causal LM and its cache; implements `ffwd.engine.backend.Backend`."""
 
+    engine = "transformers"
+
     def __init__(
         self,
         model: Any,
@@ -100,10 +95,23 @@ class HFBackend(CacheBookkeeping):
         params = inspect.signature(model.forward).parameters
         self._keep_kw = "logits_to_keep" in params
         self._forward_calls = 0
-        self.cost = None  # measured by the loader (ffwd.models)
+        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
         self.reset()
 
     # --- facts ----------------------------------------------------------
+    @property
+    def dtype_name(self) -> str:
+        return str(self.model.dtype).removeprefix("torch.")
+
+    @property
+    def threads(self) -> int:
+        return int(torch.get_num_threads())
+
+    @property
+    def context_window(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0)
+                   or DEFAULT_CONTEXT_WINDOW)
+
     @property
     def can_rewind(self) -> bool:
         # Linear-attention layers say whether they hold recurrent state only
@@ -191,14 +199,15 @@ class HFBackend(CacheBookkeeping):
 
     def load_state(self, state: CacheState) -> None:
         """Make the cache exactly what `save_state` saved (any sequence before)."""
-        if len(state.snapshot.layers) != len(self._cache.layers):
+        snap = state.snapshot
+        if not isinstance(snap, _Snapshot) or len(snap.layers) != len(self._cache.layers):
             raise ValueError("load_state: not a state of this model's cache")
-        for layer, saved in zip(self._cache.layers, state.snapshot.layers, strict=True):
+        for layer, saved in zip(self._cache.layers, snap.layers, strict=True):
             vars(layer).clear()
             vars(layer).update(_layer_state(saved))
         self._ids = list(state.ids)
-        self._since_settle = state.snapshot.since_settle
-        self._last = state.snapshot.last_logits
+        self._since_settle = snap.since_settle
+        self._last = snap.last_logits
 
     # --- forwards ---------------------------------------------------------
     def prefill(self, ids: list[int]) -> int:

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from ffwd.engine.backend import CacheBookkeeping, check_rewind, keep_common_prefix
+from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
+from ffwd.engine.cost import CostCurve
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
@@ -59,15 +60,6 @@ class _Snapshot:
     data: ctypes.Array[ctypes.c_uint8]
     size: int
     last_logits: torch.Tensor | None
-
-
-@dataclass(frozen=True, slots=True)
-class CacheState:
-    """A whole sequence state saved for later (the serve layer's prompt cache keeps these)."""
-
-    ids: tuple[int, ...]
-    snapshot: _Snapshot
-    nbytes: int
 
 
 # --- process-wide set-up --------------------------------------------------------
@@ -148,6 +140,7 @@ class LlamaCppBackend(CacheBookkeeping):
 
     engine = "llama.cpp"
     device = torch.device("cpu")
+    dtype_name = "gguf"  # the file's own types
 
     def __init__(
         self,
@@ -180,7 +173,7 @@ class LlamaCppBackend(CacheBookkeeping):
         self._max_append = n_batch
         self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
         self._forward_calls = 0
-        self.cost = None  # measured by the loader (ffwd.models)
+        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
 

@@ -1,10 +1,10 @@
 """The token-level decode loop: sample, push, append, verify, rewind.
 
-`generate_step` yields `TokenEvent(token_id, origin)`, one per emitted id,
-sampled or injected. It continues from a prefilled backend, stops after an EOS
-id or `max_tokens` ids, and never does a forward whose result nobody reads.
-Closing it early (a stop string, a cancelled client) is safe: the fill session
-is committed with what was actually emitted.
+`generate_step` yields a `TokenEvent` per emitted id, sampled or injected. It
+continues from a prefilled backend, stops after an EOS id or `max_tokens` ids,
+and never does a forward whose result nobody reads. Closing it early (a stop
+string, a cancelled client) is safe: the fill session is committed with what
+was actually emitted.
 
 With a `FillSession`, every sampled id is pushed and the session answers:
 
@@ -14,8 +14,8 @@ With a `FillSession`, every sampled id is pushed and the session answers:
 * a ``verify`` span: the `SpanPolicy` decides how many of its ids to forward
   and whether to check position 0 alone first (`ffwd.fill.spans`), or to
   decline it. The model's own logits keep the agreed prefix; the rest is
-  rewound (or, for recurrent caches, the state is restored from a checkpoint
-  and the kept ids are forwarded again).
+  undone (`Backend.mark`/`undo`: a rewind, or for recurrent caches a restored
+  checkpoint and the kept ids forwarded again).
 
 No module state: one generation per backend at a time, from any thread.
 """
@@ -25,44 +25,29 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 
-from ffwd.engine.backend import Backend
+from ffwd.engine.backend import Backend, Mark
 from ffwd.engine.cost import CostCurve
+from ffwd.engine.events import Alternative, TokenEvent, TokenOrigin
 from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
 from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
 from ffwd.fill.spans import SpanChoice, choose_span, chunk_sizes
 
-TokenOrigin = Literal["sampled", "template", "schema", "grammar", "echo", "ngram", "mtp"]
 SpanPolicy = Callable[[Proposal, FillSession], SpanChoice]
 
 
-@dataclass(frozen=True, slots=True)
-class TokenLogprob:
-    """The model's own log-probability of an emitted id (raw logits, before any sampling
-    setting) and the `top` most likely ids at that position, most likely first."""
-
-    logprob: float
-    top: tuple[tuple[int, float], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TokenEvent:
-    token_id: int
-    origin: TokenOrigin
-    logprob: TokenLogprob | None = None  # when the generation asked for logprobs
-
-
-def token_logprob(row: torch.Tensor, token_id: int, top: int = 0) -> TokenLogprob:
+def token_logprob(
+    row: torch.Tensor, token_id: int, top: int = 0
+) -> tuple[float, tuple[Alternative, ...]]:
     """`token_id`'s log-probability under the logits `row`, and the `top` best ids."""
     lp = torch.log_softmax(row.float(), dim=-1)
-    best: tuple[tuple[int, float], ...] = ()
+    best: tuple[Alternative, ...] = ()
     if top > 0:
         vals, ids = torch.topk(lp, min(top, lp.shape[-1]))
-        best = tuple(zip(ids.tolist(), vals.tolist(), strict=True))
-    return TokenLogprob(float(lp[token_id]), best)
+        best = tuple(Alternative(i, v) for i, v in zip(ids.tolist(), vals.tolist(), strict=True))
+    return float(lp[token_id]), best
 
 
 def cost_policy(curve: CostCurve) -> SpanPolicy:
@@ -90,11 +75,9 @@ def fixed_policy(probe: bool) -> SpanPolicy:
 def default_policy(backend: Backend) -> SpanPolicy:
     """The backend's measured curve when it has one; else probe first on CPU, where a
     2-id forward costs clearly more than a 1-id one, and the combined forward elsewhere."""
-    curve = getattr(backend, "cost", None)
-    if isinstance(curve, CostCurve):
-        return cost_policy(curve)
-    device = getattr(backend, "device", None)
-    return fixed_policy(not (isinstance(device, torch.device) and device.type == "cuda"))
+    if backend.cost is not None:
+        return cost_policy(backend.cost)
+    return fixed_policy(backend.device.type != "cuda")
 
 
 @dataclass(slots=True)
@@ -122,10 +105,12 @@ class _Run:
         self.row = logits
         return self.sampler.sample(logits, self.out)
 
-    def logprob(self, row: torch.Tensor | None, token: int) -> TokenLogprob | None:
+    def event(self, token: int, origin: TokenOrigin, row: torch.Tensor | None) -> TokenEvent:
+        """The event of an emitted id; its logprob read from `row` when asked for."""
         if self.logprobs is None or row is None:
-            return None
-        return token_logprob(row, token, self.logprobs)
+            return TokenEvent(token, origin)
+        logprob, top = token_logprob(row, token, self.logprobs)
+        return TokenEvent(token, origin, logprob, top)
 
 
 def generate_step(
@@ -146,13 +131,12 @@ def generate_step(
     proposal; `check_cache` asserts at every step that the cache holds the
     prompt plus exactly the emitted ids, and that the sampler's constraint (a
     grammar) stands after exactly those ids. With `logprobs` (the number of
-    alternatives, 0 for none) every event carries a `TokenLogprob`, injected
+    alternatives, 0 for none) every event carries its logprob and `top`, injected
     ids included, read from the rows of the forward that checked them.
     """
-    curve = getattr(backend, "cost", None)
     run = _Run(
         backend, sampler, session, max_tokens, policy or default_policy(backend), trace,
-        curve if isinstance(curve, CostCurve) else None, logprobs,
+        backend.cost, logprobs,
     )
     prompt_len = backend.cache_len
     # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
@@ -166,7 +150,7 @@ def generate_step(
             _check_invariants(run, prompt_len)
         # 1. emit the sampled id; an EOS id ends here.
         run.out.append(token)
-        yield TokenEvent(token, "sampled", run.logprob(run.row, token))
+        yield run.event(token, "sampled", run.row)
         if token in backend.eos_ids:
             return
         # 2. ask the fill session what follows, within the remaining budget
@@ -222,7 +206,7 @@ def _emit(
             run.out.append(tok)
             sent += 1
             row = None if rows is None else rows[j]
-            yield TokenEvent(tok, proposal.origin, run.logprob(row, tok))
+            yield run.event(tok, proposal.origin, row)
     finally:
         run.session.commit(proposal, sent, tested)
 
@@ -261,11 +245,12 @@ def _assert_step(
     rows: torch.Tensor | None = None
     # A span that uses up the budget needs no forward, unless its rows are read.
     if not last or run.all_rows:
-        prev = run.backend.last_logits
+        # Row j must predict span position j: without a head that is the row before the
+        # span, the prompt's last (a verify step's undo leaves none, but then a head exists).
+        prev = None if head or not run.all_rows else run.backend.last_logits
         logits = _forward_chunks(run, [*head, *span], all_rows=run.all_rows)
     if run.all_rows and logits is not None:
-        # Row j must predict span position j: without a head that is the row before.
-        rows = logits if head else torch.cat([prev[None], logits])
+        rows = logits if prev is None else torch.cat([prev[None], logits])
         _write_trace(run, proposal, rows[: len(span)], len(span))
         logits = rows[-1]
     yield from _emit(run, proposal, span, rows)
@@ -301,18 +286,18 @@ def _verify_step(
             run.row = row0
             return first.next_id
         replay_from: list[int] = []
-        saved, ms = _checkpoint(b)
+        mark, ms = _mark(b)
         rows = torch.cat([row0[None], _forward(run, span, rows=True)])
         # Position 0 is decided; each position gets exactly one acceptance draw.
         rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]])
         verdict = SpanVerdict(1 + rest.accepted, rest.next_id)
     else:
         replay_from = [token]
-        saved, ms = _checkpoint(b)
+        mark, ms = _mark(b)
         rows = _forward(run, [token, *span], rows=True)
         verdict = verify_span(rows, span, sampler, run.out)
     kept = span[: verdict.accepted]
-    ms += _cut_back(run, saved, replay_from + kept, len(span) - len(kept))
+    ms += _cut_back(run, mark, replay_from + kept, len(span) - len(kept))
     session.note_verify_event(ms)
     _write_trace(run, proposal, rows[: len(span)], verdict.accepted,
                  "probe" if choice.probe else "combined", choice)
@@ -323,33 +308,26 @@ def _verify_step(
     return verdict.next_id
 
 
-def _checkpoint(b: Backend) -> tuple[object | None, float]:
-    """A checkpoint when the cache cannot rewind (None when it can), and its cost in ms."""
-    if b.can_rewind:
-        return None, 0.0
+def _mark(b: Backend) -> tuple[Mark, float]:
+    """Where the cache stands before a verify forward, and what marking it cost in ms
+    (a checkpoint, where the cache cannot rewind)."""
     t0 = time.perf_counter()
-    saved = b.checkpoint()
-    return saved, (time.perf_counter() - t0) * 1000
+    mark = b.mark()
+    return mark, (time.perf_counter() - t0) * 1000
 
 
-def _cut_back(run: _Run, saved: object | None, kept: list[int], rejected: int) -> float:
-    """Drop the rejected tail: rewind, or restore and forward the kept ids again.
-
-    Returns the milliseconds spent restoring (the replay forward is counted in
-    `forward_calls`, not here).
-    """
-    b = run.backend
+def _cut_back(run: _Run, mark: Mark, kept: list[int], rejected: int) -> float:
+    """Drop the rejected tail, keeping `kept` (what follows the mark). Returns the ms
+    spent undoing; ids a restored checkpoint lost are forwarded again (counted in
+    `forward_calls`, not in the ms)."""
     if rejected == 0:
         return 0.0
-    if saved is None:
-        b.rewind(rejected)
-        return 0.0
     t0 = time.perf_counter()
-    b.restore(saved)
+    replay = run.backend.undo(mark, kept)
     ms = (time.perf_counter() - t0) * 1000
-    if kept:
-        _forward(run, kept, rows=False)
-    return ms
+    if replay:
+        _forward(run, replay, rows=False)
+    return ms if mark.snapshot is not None else 0.0
 
 
 def _write_trace(

@@ -1,41 +1,25 @@
-"""Text from ids as they stream: incremental detokenizing and stop strings."""
+"""The text layer of one generation: ids to text, stop strings, tool calls, the reply.
+
+`OutputText.feed(event)` takes each `TokenEvent` from the decode loop and
+returns it with its text filled in: the id's own text and bytes, the output
+text it released, and that text parsed into content and tool-call deltas by
+the request's one parser (the same parser gates the template rows, see
+`ToolCallContext`). It also decides the text-level stops: a stop string (the
+text ends before it), and the calls a request may make (``parallel_tool_calls:
+false`` ends the generation after the first). The reply is the join of the
+deltas it sent, so a streamed reply and a whole one are the same by
+construction.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
-
-class Detokenizer:
-    """Incremental decoding: each id's text, without re-decoding the whole output.
-
-    Decodes a short window (from the last settled boundary) twice per id and
-    releases the new text once it no longer ends in an incomplete character.
-    """
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        self.ids: list[int] = []
-        self._prefix = 0
-        self._read = 0
-
-    def _decode(self, ids: list[int]) -> str:
-        return str(self.tokenizer.decode(ids, skip_special_tokens=False))
-
-    def add(self, token_id: int) -> str:
-        self.ids.append(token_id)
-        return self._release(final=False)
-
-    def flush(self) -> str:
-        return self._release(final=True)
-
-    def _release(self, final: bool) -> str:
-        before = self._decode(self.ids[self._prefix : self._read])
-        now = self._decode(self.ids[self._prefix :])
-        if len(now) > len(before) and (final or not now.endswith("\ufffd")):
-            self._prefix, self._read = self._read, len(self.ids)
-            return now[len(before) :]
-        return ""
+from ffwd.engine.events import TokenEvent
+from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolParser
+from ffwd.templates.text import Detokenizer, TokenText
 
 
 class StopMatcher:
@@ -45,15 +29,20 @@ class StopMatcher:
         self.stops = [s for s in stops if s]
         self._pending = ""
 
-    def feed(self, delta: str) -> tuple[str, bool]:
-        """Text safe to release and whether a stop string matched (text ends before it)."""
+    @property
+    def holding(self) -> bool:
+        return bool(self._pending)
+
+    def feed(self, delta: str) -> tuple[str, str | None]:
+        """Text safe to release, and the stop string that matched (the text ends before it)."""
         if not self.stops:
-            return delta, False
+            return delta, None
         buf = self._pending + delta
-        hits = [i for i in (buf.find(s) for s in self.stops) if i >= 0]
+        hits = [(i, s) for s in self.stops if (i := buf.find(s)) >= 0]
         if hits:
             self._pending = ""
-            return buf[: min(hits)], True
+            at, stop = min(hits)
+            return buf[:at], stop
         keep = 0
         for s in self.stops:
             for k in range(min(len(s) - 1, len(buf)), keep, -1):
@@ -61,8 +50,98 @@ class StopMatcher:
                     keep = k
                     break
         self._pending = buf[len(buf) - keep :]
-        return buf[: len(buf) - keep], False
+        return buf[: len(buf) - keep], None
 
     def flush(self) -> str:
         out, self._pending = self._pending, ""
         return out
+
+
+class OutputText:
+    """One generation's output as text, deltas and the joined reply (module docstring)."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        stop: Sequence[str] = (),
+        parser: ToolParser | None = None,
+        max_calls: int | None = None,
+    ) -> None:
+        self.parser = parser
+        self.max_calls = max_calls
+        self.stop_sequence: str | None = None  # the stop string that ended the text
+        self._detok = Detokenizer(tokenizer)
+        self._stops = StopMatcher(stop)
+        self._tokens = TokenText(tokenizer)
+        self._text: list[str] = []
+        self._content: list[str] = []
+        self._calls: dict[int, list[str]] = {}  # index -> [name, argument fragments...]
+
+    @property
+    def ready(self) -> bool:
+        """Whether the parser has read every id emitted so far (nothing held back)."""
+        return not (self._detok.pending or self._stops.holding)
+
+    @property
+    def text(self) -> str:
+        return "".join(self._text)
+
+    @property
+    def content(self) -> str:
+        return "".join(self._content)
+
+    @property
+    def calls(self) -> list[ToolCall]:
+        """The calls the deltas named, arguments as sent (a cut call's are partial)."""
+        return [ToolCall(parts[0], "".join(parts[1:])) for _, parts in sorted(self._calls.items())]
+
+    @property
+    def complete_calls(self) -> int:
+        """Calls whose markup is complete (a cut call is not)."""
+        return len(self.parser.calls) if self.parser is not None else 0
+
+    @property
+    def calls_done(self) -> bool:
+        """The request's calls are all made (``parallel_tool_calls: false``: one)."""
+        return self.max_calls is not None and self.complete_calls >= self.max_calls
+
+    def feed(self, event: TokenEvent) -> TokenEvent:
+        """`event` with its token text, released text and deltas."""
+        token, raw = self._tokens(event.id)
+        top = tuple(replace(a, token=t, raw=r) for a in event.top
+                    for t, r in (self._tokens(a.id),))
+        released, self.stop_sequence = self._stops.feed(self._detok.feed([event.id]))
+        deltas = self._read(released)
+        return replace(event, top=top, token=token, raw=raw, text=released, deltas=deltas)
+
+    def finish(self, cut: bool) -> tuple[Delta, ...]:
+        """The deltas of what was held back, at the end of the output. `cut`: the output
+        stopped before the model ended it (max_tokens, a stop string, the client), so an
+        unfinished call is left as its deltas sent it, not returned as content."""
+        tail = ""
+        if self.stop_sequence is None:
+            tail, self.stop_sequence = self._stops.feed(self._detok.flush())
+            if self.stop_sequence is None:
+                tail += self._stops.flush()
+        deltas = self._read(tail)
+        if self.parser is not None:
+            deltas += self._join(self.parser.finish(cut))
+        return deltas
+
+    def _read(self, text: str) -> tuple[Delta, ...]:
+        if not text:
+            return ()
+        self._text.append(text)
+        if self.parser is None:
+            return self._join([ContentDelta(text)])
+        return self._join(self.parser.feed(text))
+
+    def _join(self, deltas: Sequence[Delta]) -> tuple[Delta, ...]:
+        for d in deltas:
+            if isinstance(d, ContentDelta):
+                self._content.append(d.text)
+            elif d.index not in self._calls:
+                self._calls[d.index] = [d.name or "", d.arguments]
+            else:
+                self._calls[d.index].append(d.arguments)
+        return tuple(d for d in deltas if not isinstance(d, ContentDelta) or d.text)

@@ -1,6 +1,7 @@
 """Engine-agnostic fast-forward bookkeeping (standard library only)."""
 
 from ffwd.fill.echo import EchoConfig, EchoSource
+from ffwd.fill.prefix import common_prefix
 from ffwd.fill.proposal import (
     ORIGINS,
     POLICIES,
@@ -13,7 +14,6 @@ from ffwd.fill.proposal import (
     TokenView,
 )
 from ffwd.fill.session import (
-    DEFAULT_MAX_SPAN,
     FILL_KINDS,
     FillKind,
     FillPlan,
@@ -26,7 +26,6 @@ from ffwd.fill.session import (
 from ffwd.fill.trace import TraceRecord, TraceWriter, first_mismatch, read_trace
 
 __all__ = [
-    "DEFAULT_MAX_SPAN",
     "FILL_KINDS",
     "ORIGINS",
     "POLICIES",
@@ -48,6 +47,7 @@ __all__ = [
     "TokenView",
     "TraceRecord",
     "TraceWriter",
+    "common_prefix",
     "first_mismatch",
     "read_trace",
 ]

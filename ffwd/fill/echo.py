@@ -33,12 +33,13 @@ from ffwd.fill.proposal import Proposal, TokenView
 @dataclass(frozen=True, slots=True)
 class EchoConfig:
     """k: anchor length; max_span: longest walk; max_candidates: occurrences kept
-    per k-gram (nearest first); index_max: ids the index remembers."""
+    per k-gram (nearest first); index_max: ids the index remembers. The values
+    a server uses are `ffwd.config.FillConfig`'s (`echo_config()`)."""
 
-    k: int = 3
-    max_span: int = 32
-    max_candidates: int = 8
-    index_max: int = 131072
+    k: int
+    max_span: int
+    max_candidates: int
+    index_max: int
 
     def __post_init__(self) -> None:
         if self.k < 2:

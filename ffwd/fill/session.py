@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal, Protocol
 
 from ffwd.fill.echo import EchoConfig, EchoSource
@@ -38,8 +38,6 @@ from ffwd.fill.spans import AcceptanceBook
 
 FillKind = Literal["scaffold", "name", "key", "close", "turn-end"]
 FILL_KINDS: tuple[FillKind, ...] = ("scaffold", "name", "key", "close", "turn-end")
-
-DEFAULT_MAX_SPAN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +180,8 @@ class FillSession:
         self.grammar = grammar
         self.stats = FillStats()
         self.decode = decode
-        self.max_span = DEFAULT_MAX_SPAN if max_span is None else int(max_span)
+        # None: no cap beyond the budget (and the echo walk's own `max_span`).
+        self.max_span: float = math.inf if max_span is None else int(max_span)
         if self.max_span < 2:
             raise ValueError(f"fill max_span={max_span}: expected an integer >= 2")
         self.append_chunk_size = 0 if append_chunk_size is None else int(append_chunk_size)
@@ -199,12 +198,7 @@ class FillSession:
             srcs.append(grammar)
             self._first = (self._strict, grammar)
         if plan.echo is not None:
-            echo_cfg = EchoConfig(
-                k=plan.echo.k,
-                max_span=self.max_span,
-                max_candidates=plan.echo.max_candidates,
-                index_max=plan.echo.index_max,
-            )
+            echo_cfg = replace(plan.echo, max_span=int(min(self.max_span, plan.echo.max_span)))
             srcs.append(EchoSource(echo_cfg, prompt_ids, plan.delimiters))
         srcs.extend(sources)
         self._sources = tuple(srcs)
@@ -215,7 +209,7 @@ class FillSession:
         self._length = len(prompt_ids)
         self._budget: float = math.inf
         self._pending: Proposal | None = None
-        self._book = AcceptanceBook(self.max_span)
+        self._book = AcceptanceBook()
 
     # --- TokenView ------------------------------------------------------
     @property
@@ -381,10 +375,9 @@ class FillSession:
                     break
         if self.grammar is not None and out:
             out = out[: self.grammar.admit(out)]
-        cap = self.max_span
-        if budget < cap:
-            cap = max(0, math.floor(budget))
-        out = out[:cap]
+        cap = min(self.max_span, budget)
+        if cap < len(out):
+            out = out[: max(0, math.floor(cap))]
         if len(out) < 2:
             return None
         if len(out) != len(ids):

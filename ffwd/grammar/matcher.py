@@ -36,7 +36,7 @@ import llguidance.hf
 import numpy as np
 import torch
 
-from ffwd.fill import Proposal, TokenView
+from ffwd.fill import Proposal, TokenView, common_prefix
 
 ERROR_CHARS = 400  # llguidance's reasons can quote the whole grammar
 
@@ -127,11 +127,7 @@ class GrammarConstraint:
         ids = self._ids
         n = len(ids)
         if len(target) < n or list(target[:n]) != ids:
-            k = 0
-            for a, b in zip(ids, target, strict=False):
-                if a != b:
-                    break
-                k += 1
+            k = common_prefix(ids, target)
             if not self._m.rollback(n - k):
                 raise RuntimeError(f"grammar rollback of {n - k} ids failed: {self._error()}")
             del ids[k:]

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ffwd.fill.prefix import common_prefix
 from ffwd.templates.formats import ToolFormat
 from ffwd.templates.render import render_chat
 
@@ -73,7 +74,7 @@ def derive(
     second = fmt.locate(double, args_end, SENTINEL, {}) if double else None
     if double is not None and second is not None and double.startswith(single[:args_end]):
         other = double[args_end : second.name[0]]
-        n = _common_prefix(after, other)
+        n = common_prefix(after, other)
         tail, end, between = after[:n], after[n:], other[n:]
     else:
         tail, end = after, ""
@@ -96,11 +97,3 @@ def _cut_at_turn_end(text: str, eos_texts: Iterable[str]) -> str:
             cut = i
     return text[:cut]
 
-
-def _common_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n

@@ -17,7 +17,6 @@ from typing import Any
 
 from ffwd.serve.errors import APIError, bad_request, json_type, param_name
 
-DEFAULT_MAX_BYTES = 4 << 20
 MAX_DEPTH = 64  # objects and arrays inside each other (tool schemas nest; 64 is plenty)
 
 

@@ -1,17 +1,19 @@
 """How a validated request reaches a model: the seam under the HTTP layer.
 
-`create_app` hands every validated request to an `Executor`.
-`start(req, put, end)` prepares it (raising `APIError` for input the model
-side rejects, 429 when the waiting line is full) and returns a `Started`
-whose `job` stops the run within a step when cancelled; the run calls
-`put(item)` for each event (a failure as an exception), from any thread, and
-`end()` once after the last. `LocalExecutor` runs a `Service` on this
-process's single worker thread; `ffwd.deploy` runs one on each Ray Serve
-replica and puts an executor over the replicas' handle behind the same app.
+`create_app` hands every validated request (a `GenerationRequest`) to an
+`Executor`. `start(req, put, end)` prepares it (raising `APIError` for input
+the model side rejects, 429 when the waiting line is full) and returns a
+`Started` whose `job` stops the run within a step when cancelled; the run
+calls `put(item)` for each event (a failure as an exception), from any
+thread, and `end()` once after the last. `LocalExecutor` runs a `Service` on
+this process's single worker thread, and logs a failed run's traceback under
+the request's id; `ffwd.deploy` runs one on each Ray Serve replica and puts an
+executor over the replicas' handle behind the same app.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,25 +22,22 @@ from typing import Any, Protocol
 from starlette.concurrency import run_in_threadpool
 
 from ffwd.serve.errors import APIError
-from ffwd.serve.events import Event
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.request import GenerationRequest
 from ffwd.serve.scheduler import QueueFull, Scheduler
+from ffwd.serve.service import Emit
 
-Emit = Callable[[Event], None]
-Request = ChatCompletionRequest | CompletionRequest
+log = logging.getLogger("ffwd.serve")
 
 
 class Service(Protocol):
     model_id: str
 
-    # What prepare_* returns is opaque here: it only travels back into run().
-    def prepare_chat(self, req: ChatCompletionRequest) -> Any: ...
-
-    def prepare_completion(self, req: CompletionRequest) -> Any: ...
+    # What prepare returns is opaque here: it only travels back into run().
+    def prepare(self, req: GenerationRequest) -> Any: ...
 
     def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
         """Generate, emitting events; when `cancelled()` turns true, stop within a step and
-        emit a `Finished` with finish_reason ``cancelled`` (counted, never sent)."""
+        emit a result with finish_reason ``cancelled`` (counted, never sent)."""
         ...
 
     def reset(self) -> None:
@@ -79,7 +78,7 @@ class Executor(Protocol):
         """What /health reports besides the model: waiting and running requests."""
         ...
 
-    async def start(self, req: Request, put: Callable[[object], None],
+    async def start(self, req: GenerationRequest, put: Callable[[object], None],
                     end: Callable[[], None]) -> Started: ...
 
 
@@ -97,9 +96,7 @@ class LocalExecutor:
     ) -> None:
         self.service = service
         self.model_id = service.model_id
-        self.scheduler = Scheduler(
-            max_queue, on_depth=on_depth, on_error=lambda exc: service.reset(),
-        )
+        self.scheduler = Scheduler(max_queue, on_depth=on_depth)
 
     def forward_calls(self) -> int | None:
         return self.service.forward_calls
@@ -107,18 +104,18 @@ class LocalExecutor:
     def health(self) -> dict[str, Any]:
         return {"queue_depth": self.scheduler.depth, "running": self.scheduler.running}
 
-    async def start(self, req: Request, put: Callable[[object], None],
+    async def start(self, req: GenerationRequest, put: Callable[[object], None],
                     end: Callable[[], None]) -> Started:
         svc = self.service
-        if isinstance(req, ChatCompletionRequest):
-            prepared = await run_in_threadpool(svc.prepare_chat, req)
-        else:
-            prepared = await run_in_threadpool(svc.prepare_completion, req)
+        prepared = await run_in_threadpool(svc.prepare, req)
 
         def work(cancelled: Callable[[], bool]) -> None:
             try:
                 svc.run(prepared, put, cancelled)
             except BaseException as exc:
+                if not isinstance(exc, APIError):  # a 5xx: always our bug, always in the log
+                    log.exception("request %s: the generation failed", req.id)
+                svc.reset()  # forget what the failed run left in the cache, before anyone retries
                 put(exc)
                 raise
             finally:

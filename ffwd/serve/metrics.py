@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ffwd.serve.events import Finished
+from ffwd.engine.generate import GenerationResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 OTHER_ENDPOINT = "other"
@@ -77,6 +77,10 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
         )
         self.queue_depth = Gauge("ffwd_queue_depth", "Requests waiting for the model", registry=r)
+        self.generation_errors = Counter(
+            "ffwd_generation_errors", "Generations that failed with a server error (a 5xx, or "
+            "an SSE error event; the traceback is in the server log)", ["endpoint"], registry=r,
+        )
 
     def watch_forwards(self, read: Callable[[], int]) -> None:
         """Report `read()` (the model's forward passes so far) as ffwd_forward_calls_total."""
@@ -89,16 +93,16 @@ class Metrics:
     def count_request(self, path: str, status: int) -> None:
         self.requests.labels(endpoint=self.endpoint(path), status=str(status)).inc()
 
-    def observe_finished(self, fin: Finished) -> None:
+    def observe_finished(self, res: GenerationResult) -> None:
         """Count one finished generation (tokens and fills), cancelled ones included."""
-        self.prompt_tokens.inc(fin.usage.prompt_tokens)
-        self.cached_tokens.inc(fin.usage.cached_tokens)
-        self.completion_tokens.inc(fin.usage.completion_tokens)
-        for origin, n in dict(fin.ffwd.get("injected_by_origin", {})).items():
-            self.injected_tokens.labels(origin=origin).inc(n)
-        stats = dict(fin.ffwd.get("stats", {}))
-        self.verify_tokens.labels(result="accepted").inc(int(stats.get("verify_accepted", 0)))
-        self.verify_tokens.labels(result="rejected").inc(int(stats.get("verify_rejected", 0)))
+        self.prompt_tokens.inc(res.prompt_tokens)
+        self.cached_tokens.inc(res.cached_tokens)
+        self.completion_tokens.inc(res.completion_tokens)
+        for origin in res.origins:
+            if origin != "sampled":
+                self.injected_tokens.labels(origin=origin).inc()
+        self.verify_tokens.labels(result="accepted").inc(res.stats.verify_accepted)
+        self.verify_tokens.labels(result="rejected").inc(res.stats.verify_rejected)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

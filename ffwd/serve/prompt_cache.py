@@ -19,47 +19,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+
+from ffwd.engine.backend import Backend, CacheState
+from ffwd.fill.prefix import common_prefix
 
 # A prefill that would drop more than this many live ids (and a quarter of
 # them) is taken as a switch to another conversation: the live state is kept.
 # Fewer is the next turn of the same one (a re-tokenised reply end).
 MIN_DISCARD = 16
-
-
-class CacheState(Protocol):
-    @property
-    def ids(self) -> tuple[int, ...]: ...
-
-    @property
-    def nbytes(self) -> int: ...
-
-
-class StatefulBackend(Protocol):
-    @property
-    def cached_ids(self) -> tuple[int, ...]: ...
-
-    def save_state(self) -> CacheState: ...
-
-    def load_state(self, state: CacheState) -> None: ...
-
-    @property
-    def trims_freely(self) -> bool:
-        """Whether any state can be cut back to any shorter prefix (plain attention)."""
-        ...
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix.
-
-    >>> common_prefix([1, 2, 3, 4], [1, 2, 9])
-    2
-    """
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 @dataclass
@@ -88,7 +55,7 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def select(self, backend: StatefulBackend, prompt: Sequence[int]) -> None:
+    def select(self, backend: Backend, prompt: Sequence[int]) -> None:
         """Before prefill: make the backend hold the state that best serves `prompt`.
 
         A saved state that shares a longer usable prefix than the live cache is

@@ -1,63 +1,52 @@
-"""Glue between a validated request and the engine: template, tokens, plan, parse.
+"""Glue between a request and the engine: template, tokens, plan, grammar, the run.
 
-`ModelService.prepare_*` runs on the event loop's thread pool and turns a
-request into a `Prepared` (prompt ids, sampling, fill settings, compiled tool
-rows, the request's grammar), raising `APIError` for anything the client got
-wrong: a schema llguidance cannot compile is a 400 naming the tool or
-``response_format``. `run` executes on
-the scheduler's single worker thread: it streams the engine's text through
-the format's incremental tool-call parser and emits `events`.
+`ModelService.prepare` runs on the event loop's thread pool and turns a
+`GenerationRequest` into a `Prepared` (prompt ids, sampling, fill settings,
+compiled tool rows, the request's grammar), raising `APIError` for anything
+the client got wrong: a schema llguidance cannot compile is a 400 naming the
+tool or ``response_format``. `run` executes on the scheduler's single worker
+thread: it selects the prompt cache's best state and emits the events of
+`ffwd.engine.generate.stream_generate`, which parses the tool calls itself.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ffwd.config import EngineConfig, FillConfig, SettingError
+from ffwd.config import DEFAULT_PROMPT_CACHE_BYTES, EngineConfig, FillConfig, SettingError
+from ffwd.engine.backend import Backend
+from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult, stream_generate
 from ffwd.engine.sampling import SamplingParams
 from ffwd.fill import FillPlan
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
-from ffwd.serve.events import ContentDelta, Event, Finished, ToolCallDelta, ToolCallOut, Usage
 from ffwd.serve.prompt_cache import PromptCache
-from ffwd.serve.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    ResponseFormat,
-    SamplingFields,
-)
-from ffwd.serve.tokens import TokenText
+from ffwd.serve.request import GenerationRequest
 from ffwd.templates import formats
-from ffwd.templates.formats.base import ToolCallContext, ToolParser
 from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
+Event = TokenEvent | GenerationResult
 Emit = Callable[[Event], None]
-DEFAULT_PROMPT_CACHE_BYTES = 1 << 30
-DEFAULT_CONTEXT_WINDOW = 8192  # when the model's config does not say
 COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 
 @dataclass(frozen=True)
 class Prepared:
-    kind: str  # "chat" | "text"
+    request: GenerationRequest
     prompt_ids: list[int]
     params: SamplingParams
     max_tokens: int
-    stop: list[str]
     fill: FillConfig
     plan: FillPlan | None
-    compiled: CompiledTools | None  # tool rows and the format, when tools are on
-    tools: list[dict[str, Any]]
-    single_call: bool  # parallel_tool_calls=false: stop after the first call
-    logprobs: int | None = None  # alternatives per token (0: none); None: no logprobs
+    compiled: CompiledTools | None  # tool rows and the format, when rows are on
+    tools: list[dict[str, Any]]  # the tools shown to the model (parsed out of its output)
     grammar: Grammar | None = None  # tool calls and/or response_format, when constrained
 
 
@@ -66,7 +55,7 @@ class ModelService:
 
     def __init__(
         self,
-        backend: Any,
+        backend: Backend,
         tokenizer: Any,
         model_id: str,
         fill: FillConfig,
@@ -80,78 +69,72 @@ class ModelService:
         self.model_id = model_id
         self.fill = fill
         self.template, self.format_name = resolve_template(tokenizer, tool_format)
+        self.format = formats.get_format(self.format_name)
         self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
-        cfg = getattr(getattr(backend, "model", None), "config", None)
-        self.context_window = context_window or int(
-            getattr(backend, "context_window", 0)  # llama.cpp: the context it allocated
-            or getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW
-        )
+        self.context_window = context_window or backend.context_window
         # Saved states need a checkpointable cache; without one only the live cache is reused.
-        can_save = getattr(backend, "can_checkpoint", False) and hasattr(backend, "save_state")
-        self.prompt_cache = PromptCache(prompt_cache_bytes if can_save else 0)
+        self.prompt_cache = PromptCache(prompt_cache_bytes if backend.can_checkpoint else 0)
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
-        self.token_text = TokenText(tokenizer)
         self.grammars, self.grammar_unavailable = _request_grammars(
-            tokenizer, self.template, self.format_name, int(backend.vocab_size), self.eos_ids
+            tokenizer, self.template, self.format_name, backend.vocab_size, self.eos_ids
         )
 
     @property
     def forward_calls(self) -> int:
-        return int(self.backend.forward_calls)
+        return self.backend.forward_calls
 
     # --- preparing (thread pool) ------------------------------------------
-    def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
+    def prepare(self, req: GenerationRequest) -> Prepared:
+        """The request made ready to run, or an `APIError` naming what is wrong."""
         fill = self._fill(req)
-        choice = req.tool_choice_value
+        if req.kind == "text":
+            ids = [int(i) for i in self.tokenizer.encode(req.prompt, add_special_tokens=False)]
+            ids = self._check_prompt(ids, req.param("prompt"))
+            grammar = self._grammar(req, [], "none")
+            return Prepared(req, ids, self._params(req), self._max_tokens(req, len(ids)), fill,
+                            FillPlan(eos=self.eos_ids), None, [], grammar)
+        choice = req.tool_choice
         try:
             tools = normalize_tools(req.tools) if req.tools else []
         except ValueError as exc:
-            msg = f"invalid tools: {exc}"
-            raise bad_request(msg, param="tools", code="invalid_tools") from None
+            raise bad_request(f"invalid tools: {exc}", param=req.param("tools"),
+                              code="invalid_tools") from None
         shown = tools if choice != "none" else []
-        messages = [m.as_template_message() for m in req.messages]
         try:
-            ids = encode_chat(self.tokenizer, self.template, messages, shown or None)
+            ids = encode_chat(self.tokenizer, self.template, req.messages, shown or None)
         except ValueError as exc:
-            raise bad_request(f"cannot render these messages: {exc}", param="messages") from None
-        ids = self._check_prompt(ids, "messages")
-        compiled: CompiledTools | None = None
-        if shown:
-            # A forced call goes through the strict tier even when fill is off.
-            if choice != "auto" and not fill.strict:
-                fill = replace(fill, fill="strict")
-            if fill.strict:
-                compiled = self._compiled(shown, choice)
+            raise bad_request(f"cannot render these messages: {exc}",
+                              param=req.param("messages")) from None
+        ids = self._check_prompt(ids, req.param("messages"))
+        # A forced call goes through the strict tier even when fill is off.
+        if shown and choice != "auto" and not fill.strict_rows:
+            fill = replace(fill, mode="strict")
+        compiled = self._compiled(shown, choice, req) if shown and fill.strict_rows else None
         plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
-        constrained = shown if fill.grammar else []
-        grammar = self._grammar(constrained, choice, req.parallel_tool_calls, req.response_format)
-        return Prepared(
-            "chat", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
-            req.stop_list, fill, plan, compiled, shown,
-            single_call=bool(shown) and not req.parallel_tool_calls, logprobs=req.logprob_count,
-            grammar=grammar,
-        )
+        grammar = self._grammar(req, shown if fill.grammar else [], choice)
+        return Prepared(req, ids, self._params(req), self._max_tokens(req, len(ids)), fill,
+                        plan, compiled, shown, grammar)
 
-    def _grammar(
-        self, tools: list[dict[str, Any]], choice: str | dict[str, Any], parallel: bool,
-        response_format: ResponseFormat | None,
-    ) -> Grammar | None:
+    def _grammar(self, req: GenerationRequest, tools: list[dict[str, Any]],
+                 choice: str | dict[str, Any]) -> Grammar | None:
         """The request's compiled grammar (cached), or None when nothing is constrained."""
-        rf = response_format.model_dump(by_alias=True) if response_format is not None else None
+        rf = req.response_format
         if self.grammars is None:
-            if rf is not None and rf["type"] != "text":
+            if rf is not None and rf.get("type") != "text":
                 raise bad_request(
                     f"response_format is not available for this model: "
-                    f"{self.grammar_unavailable}", param="response_format",
+                    f"{self.grammar_unavailable}", param=req.param("response_format"),
                 )
             return None  # tool calls go unconstrained (said at start-up)
         try:
-            return self.grammars.grammar(tools, choice if tools else "none", parallel, rf)
+            return self.grammars.grammar(tools, choice if tools else "none",
+                                         req.parallel_tool_calls, rf)
         except GrammarError as exc:
-            raise bad_request(str(exc), param=exc.param, code="invalid_schema") from None
+            raise bad_request(str(exc), param=req.param(exc.param), code="invalid_schema") from None
 
-    def _compiled(self, tools: list[dict[str, Any]], choice: str | dict[str, Any]) -> CompiledTools:
+    def _compiled(self, tools: list[dict[str, Any]], choice: str | dict[str, Any],
+                  req: GenerationRequest) -> CompiledTools:
         """Compiled rows for these tools, cached: agents resend the same tools every turn."""
         key = json.dumps([tools, choice], sort_keys=True)
         with self._compile_lock:
@@ -164,30 +147,16 @@ class ModelService:
                 self.tokenizer, self.template, tools, choice, self.eos_ids, fmt=self.format_name
             )
         except ValueError as exc:
-            raise bad_request(f"invalid tools: {exc}", param="tools") from None
+            raise bad_request(f"invalid tools: {exc}", param=req.param("tools")) from None
         with self._compile_lock:
             self._compile_cache[key] = compiled
             while len(self._compile_cache) > COMPILE_CACHE_ENTRIES:
                 self._compile_cache.popitem(last=False)
         return compiled
 
-    def prepare_completion(self, req: CompletionRequest) -> Prepared:
-        fill = self._fill(req)
-        ids = self._check_prompt(
-            [int(i) for i in self.tokenizer.encode(req.prompt_text, add_special_tokens=False)],
-            "prompt",
-        )
-        return Prepared(
-            "text", ids, self._params(req), self._max_tokens(req.token_limit, len(ids)),
-            req.stop_list, fill, FillPlan(eos=self.eos_ids), None, [], single_call=False,
-            logprobs=req.logprob_count,
-            grammar=self._grammar([], "none", True, req.response_format),
-        )
-
-    def _fill(self, req: SamplingFields) -> FillConfig:
-        overrides = req.ffwd.model_dump(exclude_none=True) if req.ffwd else None
+    def _fill(self, req: GenerationRequest) -> FillConfig:
         try:
-            return self.fill.for_request(overrides)
+            return self.fill.for_request(req.fill)
         except SettingError as exc:
             raise bad_request(f"invalid ffwd settings: {exc}", param=exc.name) from None
 
@@ -202,73 +171,39 @@ class ModelService:
             )
         return ids
 
-    def _max_tokens(self, requested: int | None, prompt_len: int) -> int:
+    def _max_tokens(self, req: GenerationRequest, prompt_len: int) -> int:
         room = self.context_window - prompt_len
-        return min(requested, room) if requested else room
+        return min(req.max_tokens, room) if req.max_tokens else room
 
-    def _params(self, req: SamplingFields) -> SamplingParams:
+    def _params(self, req: GenerationRequest) -> SamplingParams:
         vocab = self.backend.vocab_size
-        bias = req.logit_bias_ids
-        bad = [i for i in bias if i >= vocab]
+        bad = [i for i in req.sampling.logit_bias if i >= vocab]
         if bad:
             raise bad_request(
                 f"logit_bias names token id {bad[0]}, but the vocabulary has {vocab} ids "
-                f"(0..{vocab - 1})", param="logit_bias",
+                f"(0..{vocab - 1})", param=req.param("logit_bias"),
             )
-        return SamplingParams(
-            temperature=req.temperature, top_k=req.top_k, top_p=req.top_p, min_p=req.min_p,
-            repetition_penalty=req.repetition_penalty, presence_penalty=req.presence_penalty,
-            frequency_penalty=req.frequency_penalty, logit_bias=bias, seed=req.seed,
-        )
+        return req.sampling
 
     # --- running (worker thread) --------------------------------------------
     def reset(self) -> None:
         self.backend.reset()
 
     def run(self, prep: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        compiled = prep.compiled
-        # Calls are parsed whenever tools are shown, with or without strict rows.
-        fmt = formats.get_format(self.format_name)
-        parser = _Calls(fmt.new_parser(prep.tools), emit) if prep.tools else None
-        context: ToolCallContext | None = compiled.new_context() if compiled else None
-
-        def stop_now() -> bool:
-            return cancelled() or (prep.single_call and parser is not None and parser.done)
-
+        """Generate, emitting each `TokenEvent` and then the `GenerationResult`."""
+        req = prep.request
         self.prompt_cache.select(self.backend, prep.prompt_ids)
-        result: GenerationResult | None = None
-        for chunk in stream_generate(
+        compiled = prep.compiled
+        for item in stream_generate(
             self.backend, self.tokenizer, prep.prompt_ids, prep.params,
-            max_tokens=prep.max_tokens, stop=prep.stop, plan=prep.plan, fill=prep.fill,
-            strict_context=context, cancelled=stop_now, logprobs=prep.logprobs,
+            max_tokens=prep.max_tokens, stop=req.stop, plan=prep.plan, fill=prep.fill,
+            parser=self.format.new_parser(prep.tools) if prep.tools else None,
+            rules=compiled.rules if compiled is not None else None,
+            max_calls=None if req.parallel_tool_calls or not prep.tools else 1,
             constraint=prep.grammar.new_constraint() if prep.grammar is not None else None,
+            cancelled=cancelled, logprobs=req.logprobs,
         ):
-            if chunk.logprob is not None and chunk.token_id is not None:
-                emit(self.token_text.logprob(chunk.token_id, chunk.logprob))
-            if chunk.text:
-                if parser is not None:
-                    parser.feed(chunk.text)
-                else:
-                    emit(ContentDelta(chunk.text))
-            if chunk.result is not None:
-                result = chunk.result
-        if result is None:
-            return
-        # Cut off inside a call the grammar guaranteed: drop it rather than return markup.
-        cut = prep.grammar is not None and result.finish_reason == "length"
-        content, calls = (parser.finish(cut) if parser is not None else (result.text, []))
-        finish = str(result.finish_reason)
-        if cancelled():
-            finish = "cancelled"  # the client is gone: counted, never sent
-        elif calls:
-            finish = "tool_calls"
-        elif finish == "cancelled":
-            finish = "stop"  # parallel_tool_calls=false ended it after the first call
-        emit(Finished(
-            finish, content if (content or not calls) else None, tuple(calls),
-            Usage(result.prompt_tokens, result.completion_tokens, result.cached_tokens),
-            _ffwd_block(prep, result),
-        ))
+            emit(item)
 
 
 def load_service(
@@ -304,68 +239,6 @@ def load_service(
     gc.collect()
     gc.freeze()
     return service
-
-
-class _Calls:
-    """Feeds text to a format parser and forwards its deltas as API events."""
-
-    def __init__(self, parser: ToolParser, emit: Emit) -> None:
-        self.parser = parser
-        self.emit = emit
-        self.ids: dict[int, str] = {}
-        self.content: list[str] = []
-
-    @property
-    def done(self) -> bool:
-        return bool(self.parser.calls)
-
-    def feed(self, text: str) -> None:
-        self._forward(self.parser.feed(text))
-
-    def finish(self, cut: bool = False) -> tuple[str, list[ToolCallOut]]:
-        self._forward(self.parser.finish(cut))
-        calls = [
-            ToolCallOut(self.ids.get(i) or _call_id(), c.name, c.arguments)
-            for i, c in enumerate(self.parser.calls)
-        ]
-        return "".join(self.content), calls
-
-    def _forward(self, deltas: Sequence[formats.Delta]) -> None:
-        for d in deltas:
-            if isinstance(d, formats.ContentDelta):
-                if d.text:
-                    self.content.append(d.text)
-                    self.emit(d)
-                continue
-            first = d.index not in self.ids
-            if first:
-                self.ids[d.index] = _call_id()
-            self.emit(ToolCallDelta(
-                d.index,
-                id=self.ids[d.index] if first else None,
-                name=(d.name or "") if first else None,
-                arguments=d.arguments,
-            ))
-
-
-def _call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
-
-
-def _ffwd_block(prep: Prepared, result: GenerationResult) -> dict[str, Any]:
-    injected: dict[str, int] = {}
-    for origin in result.origins:
-        if origin != "sampled":
-            injected[origin] = injected.get(origin, 0) + 1
-    return {
-        "fill": prep.fill.fill,
-        "grammar": prep.grammar is not None,
-        "stats": result.stats.as_dict(),
-        "forward_calls": result.forward_calls,
-        "injected_by_origin": injected,
-        "seconds": round(result.seconds, 4),
-        "prefill_seconds": round(result.prefill_seconds, 4),
-    }
 
 
 def _request_grammars(

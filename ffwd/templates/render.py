@@ -20,6 +20,8 @@ tokenizer=None, **extra) -> str``
     The prompt ids: `render_chat` with the generation prompt, tokenized as a
     whole without added special tokens (the template writes its own). The
     server and ``ffwd generate`` both build prompts this way.
+``encode_prompt(tokenizer, prompt, raw=False, fmt=None) -> list[int]``
+    One user turn as the server renders it (``ffwd generate``), or raw text.
 ``resolve_template(tokenizer, fmt=None) -> (template, format)``
     The model's own template when it handles tools, else the builtin one for
     the given (or default) tool-call format.
@@ -230,6 +232,17 @@ def encode_chat(
     """The prompt ids for `messages` (see the module docstring)."""
     text = render_chat(template, messages, tools, True, tokenizer)
     return [int(i) for i in tokenizer.encode(text, add_special_tokens=False)]
+
+
+def encode_prompt(
+    tokenizer: Any, prompt: str, raw: bool = False, fmt: str | None = None
+) -> list[int]:
+    """One prompt as ids: `prompt` as a user turn rendered exactly as the server renders
+    it (the template `resolve_template` picks for `fmt`), or, when `raw`, as it is."""
+    if raw:
+        return [int(i) for i in tokenizer.encode(prompt, add_special_tokens=False)]
+    template, _ = resolve_template(tokenizer, fmt)
+    return encode_chat(tokenizer, template, [{"role": "user", "content": prompt}])
 
 
 def _message(message: Mapping[str, Any], i: int) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from tiny_models import repetitive_prompt
 
 from ffwd.bench.acceptance import echo_walk, position_rates
 from ffwd.engine.loop import fixed_policy
-from ffwd.fill.echo import EchoConfig
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -19,7 +18,8 @@ def test_walk_predicts_what_whole_span_verify_keeps(seed: int) -> None:
     off = run("llama", prompt)
     echo = run("llama", prompt, ECHO, policy=fixed_policy(False))
     assert echo.token_ids == off.token_ids
-    config = EchoConfig(k=ECHO.k, max_span=ECHO.max_span, max_candidates=ECHO.candidates)
+    config = ECHO.echo_config()
+    assert config is not None
     walk = echo_walk(prompt, off.token_ids, config)
     kept = sum(s.accepted for s in walk)
     assert kept == echo.stats.verify_accepted

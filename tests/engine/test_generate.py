@@ -11,13 +11,16 @@ from backends import make_backend
 from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 from ffwd.config import FillConfig
+from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult, generate, stream_generate
 from ffwd.engine.loop import fixed_policy
-from ffwd.engine.text import Detokenizer, StopMatcher
+from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.text import StopMatcher
 from ffwd.fill import FillPlan, FillRow, read_trace
+from ffwd.templates.text import Detokenizer
 
 TOK = CharTokenizer()
-ECHO = FillConfig(fill="echo", k=2, trace=True)  # trace=True: cache checks on every step
+ECHO = FillConfig(mode="echo", k=2, trace=True)  # trace=True: cache checks on every step
 
 
 def run(
@@ -99,7 +102,7 @@ def _eos_candidate(tmp_path: Path) -> tuple[list[int], int, int]:
         head = torch.randint(0, 64, (12,), generator=g).tolist()
         prompt = [*head, *run(prompt=head, max_tokens=16).token_ids, *head]
         path = tmp_path / f"{seed}.jsonl"
-        full = run(prompt=prompt, fill=FillConfig(fill="echo", k=2, trace=str(path)), max_tokens=30)
+        full = run(prompt=prompt, fill=FillConfig(mode="echo", k=2, trace=str(path)), max_tokens=30)
         for rec in read_trace(path):
             at, proposed = int(rec["generated"]), rec["proposed"]  # type: ignore[call-overload]
             for j in range(2, int(rec["accepted"])):  # type: ignore[call-overload]
@@ -123,7 +126,7 @@ def test_assert_span_rides_in_one_forward() -> None:
     trigger = (off.token_ids[3],)
     span = (60, 61, 62, 63, 60, 61)
     plan = FillPlan(rows=(FillRow(trigger, span, "scaffold"),))
-    res = run(plan=plan, fill=FillConfig(fill="strict", trace=True), max_tokens=24)
+    res = run(plan=plan, fill=FillConfig(mode="strict", trace=True), max_tokens=24)
     ids = res.token_ids
     assert ids[:4] == off.token_ids[:4] and tuple(ids[4:10]) == span
     assert res.origins[4:10] == ["template"] * 6
@@ -132,7 +135,7 @@ def test_assert_span_rides_in_one_forward() -> None:
     # Each span's ids ride with the id that triggered it: a forward saved per span id.
     assert res.forward_calls == off.forward_calls - sum(spans)
 
-    chunked = run(plan=plan, fill=FillConfig(fill="strict", append_chunk_size=2), max_tokens=24)
+    chunked = run(plan=plan, fill=FillConfig(mode="strict", append_chunk_size=2), max_tokens=24)
     assert chunked.token_ids == ids
     extra = sum(-(-(1 + n) // 2) - 1 for n in chunked.stats.span_lens)
     assert chunked.forward_calls == res.forward_calls + extra
@@ -143,7 +146,7 @@ def test_forced_opening_is_injected_before_the_first_sample() -> None:
     span = (60, 61, 62, 63)
     plan = FillPlan(rows=(FillRow(tuple(prompt[-2:]), span, "scaffold"),))
     off = run(prompt=prompt, max_tokens=20)
-    res = run(prompt=prompt, plan=plan, fill=FillConfig(fill="strict", trace=True), max_tokens=20)
+    res = run(prompt=prompt, plan=plan, fill=FillConfig(mode="strict", trace=True), max_tokens=20)
     assert tuple(res.token_ids[:4]) == span and res.origins[:4] == ["template"] * 4
     assert res.stats.decode_steps == 16 and len(res.token_ids) == 20
     # The span follows the prefill in one forward: it saves all its ids but one.
@@ -173,7 +176,7 @@ def test_mamba_drops_verify_and_counts_it() -> None:
 
 def test_trace_records_what_the_model_said(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
-    res = run(fill=FillConfig(fill="echo", k=2, trace=str(path)))
+    res = run(fill=FillConfig(mode="echo", k=2, trace=str(path)))
     records = read_trace(path)
     assert len(records) == res.stats.verify_events > 0
     for r in records:
@@ -191,9 +194,10 @@ def test_cancellation_is_checked_on_every_id() -> None:
         backend, TOK, repetitive_prompt(0), max_tokens=40, plan=FillPlan(), fill=ECHO,
         cancelled=lambda: len(seen) >= 7,
     ):
-        if c.token_id is not None:
-            seen.append(c.token_id)
-        result = c.result
+        if isinstance(c, TokenEvent):
+            seen.append(c.id)
+        else:
+            result = c
     assert result is not None and result.finish_reason == "cancelled"
     assert len(result.token_ids) == 7 and result.token_ids == seen
 
@@ -208,23 +212,43 @@ def test_prefix_reuse_across_generations() -> None:
 
 def test_stop_matcher_holds_back_partial_matches() -> None:
     m = StopMatcher(["END"])
-    assert m.feed("abE") == ("ab", False)
-    assert m.feed("N") == ("", False)
-    assert m.feed("Dzz") == ("", True)
-    m = StopMatcher(["xy"])
-    assert m.feed("ax") == ("a", False)
-    assert m.feed("b") == ("xb", False)
-    assert m.flush() == ""
+    assert m.feed("abE") == ("ab", None) and m.holding
+    assert m.feed("N") == ("", None)
+    assert m.feed("Dzz") == ("", "END")
+    m = StopMatcher(["xy", "b"])
+    assert m.feed("ax") == ("a", None)
+    assert m.feed("b") == ("x", "b")  # the earliest match wins
+    assert m.flush() == "" and not m.holding
 
 
 def test_detokenizer_waits_for_whole_characters() -> None:
     class Bytes:
-        def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        def decode(self, ids: list[int], **kw: bool) -> str:
             return bytes(ids).decode("utf-8", errors="replace")
 
     d = Detokenizer(Bytes())
     euro = list("€".encode())
-    assert d.add(ord("a")) == "a"
-    assert d.add(euro[0]) == "" and d.add(euro[1]) == ""
-    assert d.add(euro[2]) == "€"
-    assert d.add(euro[0]) == "" and d.flush() == "\ufffd"
+    assert d.feed([ord("a")]) == "a"
+    assert d.feed([euro[0]]) == "" and d.feed([euro[1]]) == "" and d.pending
+    assert d.feed([euro[2]]) == "€" and not d.pending
+    assert d.feed([euro[0]]) == "" and d.flush() == "\ufffd"
+
+
+@pytest.mark.parametrize("family", ["llama", "llamacpp:llama"])
+def test_an_assert_span_right_after_a_rejected_verify_span(family: str) -> None:
+    # A rejected verify span is cut from the cache, which leaves no "last logits";
+    # the next sampled id may then trigger a row whose span is forwarded with it.
+    # With logprobs (or a trace) every row of that forward is read: the head's row
+    # must not be looked up in the cut cache (this was a 500 on the default path).
+    rows = tuple(FillRow((t,), (t, (t + 1) % 64), "scaffold") for t in range(0, 64, 3))
+    plan = FillPlan(rows=rows)
+    fill = FillConfig(mode="echo", k=2, trace=True)
+    events = 0
+    for seed in range(6):
+        backend = make_backend(family if ":" in family else f"transformers:{family}")
+        params = SamplingParams(temperature=1.0, seed=seed)
+        res = generate(backend, TOK, repetitive_prompt(seed), params, max_tokens=40, plan=plan,
+                       fill=fill, logprobs=1, policy=fixed_policy(False))
+        assert res.finish_reason == "length" and len(res.token_ids) == 40
+        events += res.stats.verify_rejected and res.stats.strict
+    assert events  # both a rejection and a row happened in some run

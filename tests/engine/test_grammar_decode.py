@@ -61,8 +61,9 @@ def run(fmt: str, fill: str, seed: int, temperature: float, backend: Any,
     constraint = grammars.for_request(TOOLS, "required", parallel=False)
     return generate(
         backend, tok, prompt, SamplingParams(temperature=temperature, seed=seed),
-        max_tokens=max_tokens, plan=compiled.plan, strict_context=compiled.new_context(),
-        fill=FillConfig(fill=fill, k=2, trace=True), constraint=constraint,  # type: ignore[arg-type]
+        max_tokens=max_tokens, plan=compiled.plan, rules=compiled.rules,
+        parser=compiled.format.new_parser(TOOLS),
+        fill=FillConfig(mode=fill, k=2, trace=True), constraint=constraint,  # type: ignore[arg-type]
     )
 
 
@@ -86,8 +87,9 @@ def test_every_sampled_generation_is_a_valid_call(fmt: str) -> None:
     injected = 0
     for seed in range(50):  # x 4 formats: 200 generations
         result = run(fmt, "strict", seed, 1.0, backend)
-        assert result.finish_reason == "stop", result.text  # the grammar ends the turn
+        assert result.finish_reason == "tool_calls", result.text  # the grammar ends the turn
         name, args = parsed_call(fmt, result.text)
+        assert [(c.name, json.loads(c.arguments)) for c in result.calls] == [(name, args)]
         jsonschema.validate(args, SCHEMAS[name])
         injected += result.stats.injected
     assert injected > 0
@@ -134,7 +136,7 @@ def echo_run(policy: str, params: SamplingParams, fill: str, seed: int = 0) -> G
     rf = {"type": "json_schema", "json_schema": {"name": "x", "schema": ECHO_SCHEMA}}
     return generate(
         backend_for("hermes", seed), tok, prompt, params, max_tokens=60, plan=FillPlan(),
-        fill=FillConfig(fill=fill, k=2, trace=True),  # type: ignore[arg-type]
+        fill=FillConfig(mode=fill, k=2, trace=True),  # type: ignore[arg-type]
         constraint=grammars.for_request([], "none", response_format=rf), policy=POLICIES[policy],
     )
 

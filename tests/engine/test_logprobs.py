@@ -8,20 +8,21 @@ import torch
 from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend, tiny_model
 
 from ffwd.config import FillConfig
-from ffwd.engine.generate import StreamChunk, TokenLogprob, stream_generate, token_logprob
+from ffwd.engine.events import TokenEvent
+from ffwd.engine.generate import stream_generate
 from ffwd.engine.hf import HFBackend
-from ffwd.engine.loop import fixed_policy
+from ffwd.engine.loop import fixed_policy, token_logprob
 from ffwd.fill import FillPlan, FillRow
 
 TOK = CharTokenizer()
 
 
 def chunks(prompt: list[int], fill: FillConfig | None = None, plan: FillPlan | None = None,
-           top: int = 3, max_tokens: int = 24, **kw: object) -> list[StreamChunk]:
+           top: int = 3, max_tokens: int = 24, **kw: object) -> list[TokenEvent]:
     backend = tiny_backend()
     out = stream_generate(backend, TOK, prompt, max_tokens=max_tokens, plan=plan, fill=fill,
                           logprobs=top, **kw)  # type: ignore[arg-type]
-    return [c for c in out if c.token_id is not None]
+    return [c for c in out if isinstance(c, TokenEvent)]
 
 
 def teacher_forced(prompt: list[int], ids: list[int]) -> torch.Tensor:
@@ -31,14 +32,14 @@ def teacher_forced(prompt: list[int], ids: list[int]) -> torch.Tensor:
     return torch.log_softmax(rows[len(prompt) - 1 : len(prompt) - 1 + len(ids)], dim=-1)
 
 
-def assert_model_own(prompt: list[int], got: list[StreamChunk]) -> None:
-    ids = [c.token_id for c in got]
+def assert_model_own(prompt: list[int], got: list[TokenEvent]) -> None:
+    ids = [c.id for c in got]
     ref = teacher_forced(prompt, ids)  # type: ignore[arg-type]
     for i, c in enumerate(got):
         assert c.logprob is not None, (i, c.origin)
-        assert c.logprob.logprob == pytest.approx(float(ref[i, c.token_id]), abs=1e-4), i
+        assert c.logprob == pytest.approx(float(ref[i, c.id]), abs=1e-4), i
         best = torch.topk(ref[i], 3)
-        assert [t for t, _ in c.logprob.top] == best.indices.tolist()
+        assert [a.id for a in c.top] == best.indices.tolist()
 
 
 def test_sampled_ids_carry_their_logprob() -> None:
@@ -51,7 +52,7 @@ def test_sampled_ids_carry_their_logprob() -> None:
 @pytest.mark.parametrize("probe", [True, False], ids=["probe-first", "combined"])
 def test_verified_echo_ids_carry_the_rows_that_checked_them(probe: bool) -> None:
     prompt = repetitive_prompt(0)
-    got = chunks(prompt, FillConfig(fill="echo", k=2), FillPlan(), policy=fixed_policy(probe))
+    got = chunks(prompt, FillConfig(mode="echo", k=2), FillPlan(), policy=fixed_policy(probe))
     assert any(c.origin == "echo" for c in got)
     assert_model_own(prompt, got)
 
@@ -60,32 +61,32 @@ def test_asserted_ids_get_the_model_own_logprob_even_at_the_budget_end() -> None
     prompt = repetitive_prompt(0)
     off = chunks(prompt, max_tokens=10)
     span = (60, 61, 62, 63, 60, 61)
-    plan = FillPlan(rows=(FillRow((off[3].token_id,), span, "scaffold"),))  # type: ignore[arg-type]
+    plan = FillPlan(rows=(FillRow((off[3].id,), span, "scaffold"),))
     # The span ends exactly at max_tokens: its rows are still forwarded when logprobs are asked.
-    got = chunks(prompt, FillConfig(fill="strict"), plan, max_tokens=10)
+    got = chunks(prompt, FillConfig(mode="strict"), plan, max_tokens=10)
     assert [c.origin for c in got[4:]] == ["template"] * 6
     assert_model_own(prompt, got)
     # An unlikely injected id reports how unlikely the model found it.
-    assert min(c.logprob.logprob for c in got[4:]) < max(  # type: ignore[union-attr]
-        c.logprob.logprob for c in got[:4])  # type: ignore[union-attr]
+    assert min(c.logprob or 0.0 for c in got[4:]) < max(c.logprob or 0.0 for c in got[:4])
 
 
 def test_forced_opening_rows_start_from_the_prefill() -> None:
     prompt = repetitive_prompt(0)
     plan = FillPlan(rows=(FillRow(tuple(prompt[-2:]), (60, 61, 62, 63), "scaffold"),))
-    got = chunks(prompt, FillConfig(fill="strict"), plan, max_tokens=12)
+    got = chunks(prompt, FillConfig(mode="strict"), plan, max_tokens=12)
     assert [c.origin for c in got[:4]] == ["template"] * 4
     assert_model_own(prompt, got)
 
 
 def test_no_logprobs_unless_asked() -> None:
     backend = tiny_backend()
-    out = [c for c in stream_generate(backend, TOK, repetitive_prompt(0), max_tokens=4)]
-    assert all(c.logprob is None for c in out)
+    out = [c for c in stream_generate(backend, TOK, repetitive_prompt(0), max_tokens=4)
+           if isinstance(c, TokenEvent)]
+    assert out and all(c.logprob is None and not c.top for c in out)
 
 
 def test_token_logprob() -> None:
     row = torch.tensor([0.0, 1.0, 2.0])
-    lp = token_logprob(row, 0, top=2)
-    assert lp.logprob == pytest.approx(float(torch.log_softmax(row, -1)[0]))
-    assert [t for t, _ in lp.top] == [2, 1] and isinstance(lp, TokenLogprob)
+    logprob, top = token_logprob(row, 0, top=2)
+    assert logprob == pytest.approx(float(torch.log_softmax(row, -1)[0]))
+    assert [a.id for a in top] == [2, 1]

@@ -121,7 +121,7 @@ def _sample_pairs(
         backend.prefill(prompt)  # type: ignore[attr-defined]
         session = FillSession(FillPlan(), prompt, sources=[FixedVerifySource()]) if fill else None
         sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
-        ids = [e.token_id for e in generate_step(
+        ids = [e.id for e in generate_step(
             backend, sampler, max_tokens=3, session=session, policy=fixed_policy(probe),  # type: ignore[arg-type]
         )]
         counts[(ids[1], ids[2])] += 1

@@ -13,12 +13,12 @@ from fastapi.testclient import TestClient
 from tiny_service import tiny_service, tokenizer
 
 from ffwd.config import FillConfig
-from ffwd.engine.cli import prompt_ids
+from ffwd.engine.generate import GenerationResult
 from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
-from ffwd.serve.events import Event, Finished
-from ffwd.serve.protocol import ChatCompletionRequest
-from ffwd.serve.service import ModelService
+from ffwd.serve.dialects.chat import parse_chat
+from ffwd.serve.service import Event, ModelService
+from ffwd.templates.render import encode_prompt
 
 URL = "/v1/chat/completions"
 ASK = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
@@ -43,7 +43,7 @@ def test_a_request_cannot_write_a_server_file(client: TestClient, tmp_path: Path
 
 def test_tracing_is_the_operator_s_and_a_request_may_switch_it(tmp_path: Path) -> None:
     path = tmp_path / "server.jsonl"
-    svc = tiny_service(FillConfig(fill="strict", trace=str(path)))
+    svc = tiny_service(FillConfig(mode="strict", trace=str(path)))
     body = {**ASK, "tools": [WEATHER], "tool_choice": "required", "max_tokens": 4}
     with TestClient(create_app(svc)) as c:
         assert c.post(URL, json={**body, "ffwd": {"trace": False}}).status_code == 200
@@ -83,23 +83,22 @@ def test_logprobs_cover_injected_tokens(client: TestClient) -> None:
 
 
 def test_a_cancelled_run_stops_within_one_step() -> None:
-    svc = tiny_service(FillConfig(fill="off"), capped=False)
-    prep = svc.prepare_chat(ChatCompletionRequest.model_validate({**ASK, "max_tokens": 200}))
+    svc = tiny_service(FillConfig(mode="off"), capped=False)
+    prep = svc.prepare(parse_chat({**ASK, "max_tokens": 200}))
     backend = svc.backend
     start = backend.forward_calls
     cancel_at = start + 6  # the client leaves during the sixth forward of this request
     events: list[Event] = []
     svc.run(prep, events.append, lambda: backend.forward_calls >= cancel_at)
     fin = events[-1]
-    assert isinstance(fin, Finished) and fin.finish_reason == "cancelled"
+    assert isinstance(fin, GenerationResult) and fin.finish_reason == "cancelled"
     # The id from the forward that saw the cancel is the last: no forward after it.
     assert backend.forward_calls == cancel_at
-    assert fin.usage.completion_tokens == 6
+    assert fin.completion_tokens == 6
 
 
 def test_generate_renders_the_prompt_as_the_server_does() -> None:
     svc: ModelService = tiny_service()
-    req = ChatCompletionRequest.model_validate(
-        {"messages": [{"role": "user", "content": "Name a color."}]})
-    served = svc.prepare_chat(req).prompt_ids
-    assert prompt_ids(tokenizer(), "Name a color.", raw=False) == served
+    req = parse_chat({"messages": [{"role": "user", "content": "Name a color."}]})
+    served = svc.prepare(req).prompt_ids
+    assert encode_prompt(tokenizer(), "Name a color.") == served

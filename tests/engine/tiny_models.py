@@ -64,8 +64,12 @@ class CharTokenizer:
 
     ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 .,;:!?-"
 
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool = False) -> str:
         return "".join(self.ALPHABET[i % len(self.ALPHABET)] for i in ids)
+
+    def convert_ids_to_tokens(self, token_id: int) -> str:
+        return self.decode([token_id])
 
 
 def repetitive_prompt(seed: int, vocab: int = 64, length: int = 48) -> list[int]:

@@ -12,7 +12,7 @@ from tiny_models import tiny_model
 from ffwd.config import FillConfig
 from ffwd.engine.hf import HFBackend
 from ffwd.models import load_tokenizer
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import ModelService, Prepared
 
 
@@ -26,12 +26,8 @@ class CappedService(ModelService):
 
     cap = 4
 
-    def prepare_chat(self, req: ChatCompletionRequest) -> Prepared:
-        prep = super().prepare_chat(req)
-        return replace(prep, max_tokens=min(prep.max_tokens, self.cap))
-
-    def prepare_completion(self, req: CompletionRequest) -> Prepared:
-        prep = super().prepare_completion(req)
+    def prepare(self, req: GenerationRequest) -> Prepared:
+        prep = super().prepare(req)
         return replace(prep, max_tokens=min(prep.max_tokens, self.cap))
 
 
@@ -41,4 +37,4 @@ def tiny_service(fill: FillConfig | None = None, *, capped: bool = True,
     model = tiny_model(vocab=len(tok), max_position_embeddings=context)
     backend = HFBackend(model, eos_ids=frozenset({tok.eos_token_id}), prefill_chunk=512)
     cls = CappedService if capped else ModelService
-    return cls(backend, tok, "tiny", fill or FillConfig(fill="echo"))
+    return cls(backend, tok, "tiny", fill or FillConfig(mode="echo"))

@@ -14,13 +14,12 @@ import pytest
 
 from ffwd.cli import main as ffwd_main
 from ffwd.config import FillConfig
-from ffwd.engine.cli import prompt_ids
 from ffwd.engine.generate import generate
 from ffwd.engine.llamacpp import LlamaCppBackend
 from ffwd.engine.loop import fixed_policy
 from ffwd.fill import FillPlan
 from ffwd.models import check_vocab, load_backend, load_tokenizer
-from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.render import encode_prompt, render_chat, resolve_template
 from ffwd.templates.rows import compile_tools, default_eos_ids
 
 pytestmark = pytest.mark.slow
@@ -65,13 +64,13 @@ def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
 
 
 def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:
-    ids = prompt_ids(tokenizer, QUOTE, raw=False)
+    ids = encode_prompt(tokenizer, QUOTE)
     off = generate(backend, tokenizer, ids, max_tokens=64)
     # Every proposal verified (probe first), whatever the machine's measured cost curve
     # would decline, so that the accepted spans are really there to compare.
     echo = generate(
         backend, tokenizer, ids, max_tokens=64, plan=FillPlan(),
-        fill=FillConfig(fill="echo", trace=True), policy=fixed_policy(True),
+        fill=FillConfig(mode="echo", trace=True), policy=fixed_policy(True),
     )
     assert echo.token_ids == off.token_ids and echo.text == off.text
     assert echo.stats.verify_accepted > 0
@@ -81,13 +80,13 @@ def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:
 
 
 def test_stop_string_on_the_real_tokenizer(backend: Any, tokenizer: Any) -> None:
-    ids = prompt_ids(tokenizer, QUOTE, raw=False)
+    ids = encode_prompt(tokenizer, QUOTE)
     full = generate(backend, tokenizer, ids, max_tokens=40)
     stop = full.text[30:36]  # a few characters mid-output, across token boundaries
     for fill in ("off", "echo"):
         res = generate(
             backend, tokenizer, ids, max_tokens=40, stop=[stop], plan=FillPlan(),
-            fill=FillConfig(fill=fill),  # type: ignore[arg-type]
+            fill=FillConfig(mode=fill),  # type: ignore[arg-type]
         )
         assert res.finish_reason == "stop"
         assert res.text == full.text[: full.text.index(stop)]
@@ -123,13 +122,11 @@ def test_forced_hermes_call_with_strict_rows_parses(
     trace = tmp_path / "trace.jsonl"
     res = generate(
         backend, tokenizer, ids, max_tokens=36, plan=compiled.plan,
-        fill=FillConfig(fill="strict", trace=str(trace)), strict_context=compiled.new_context(),
+        fill=FillConfig(mode="strict", trace=str(trace)), rules=compiled.rules,
+        parser=compiled.format.new_parser(TOOLS),
     )
-    parser = compiled.format.new_parser(TOOLS)
-    parser.feed(res.text)
-    parser.finish()
-    assert parser.calls, res.text
-    call = parser.calls[0]
+    assert res.calls, res.text
+    call = res.calls[0]
     assert call.name == "get_weather"
     assert json.loads(call.arguments).get("city") == "Paris"
     assert res.text.startswith("<tool_call>")

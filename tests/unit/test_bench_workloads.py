@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
-from ffwd.bench.cli import schedule
 from ffwd.bench.fidelity import identity
+from ffwd.bench.run import schedule
 from ffwd.bench.workloads import Item, echo_items, prose_items, select
 
 

@@ -34,9 +34,9 @@ def test_defaults_are_the_measured_ones() -> None:
     # k and candidates come from the issue-11 sweep (DESIGN's first guess was 8 and 24).
     c = resolve_fill_config({})
     assert c == FillConfig()
-    assert (c.fill, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
+    assert (c.mode, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
         "off", 32, 0, 3, 8, 131072)
-    assert c.trace is False and c.echo_config() is None and not c.strict
+    assert c.trace is False and c.echo_config() is None and not c.strict_rows
 
 
 def test_environment_values_are_parsed() -> None:
@@ -46,7 +46,7 @@ def test_environment_values_are_parsed() -> None:
         "FFWD_FILL_TRACE": "/tmp/x.jsonl",
     }
     c = resolve_fill_config(env)
-    assert (c.fill, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
+    assert (c.mode, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
         "echo", 16, 4, 6, 3, 2048)
     assert c.trace_path == "/tmp/x.jsonl" and c.trace_checks
     e = c.echo_config()
@@ -78,7 +78,7 @@ def test_trace_values() -> None:
 def test_overrides_apply_on_top_of_the_environment() -> None:
     c = resolve_fill_config({"FFWD_FILL": "strict", "FFWD_FILL_K": "4"},
                             {"fill": "echo", "max_span": 8, "k": None})
-    assert (c.fill, c.max_span, c.k) == ("echo", 8, 4)
+    assert (c.mode, c.max_span, c.k) == ("echo", 8, 4)
     assert c.with_overrides({"candidates": "5"}).candidates == 5
 
 
@@ -107,15 +107,15 @@ def test_no_other_module_reads_the_environment() -> None:
 
 
 def test_default_mode_applies_only_when_nothing_says_which() -> None:
-    assert resolve_fill_config({}, default_mode="echo").fill == "echo"
-    assert resolve_fill_config({"FFWD_FILL": "off"}, default_mode="echo").fill == "off"
-    assert resolve_fill_config({}, {"fill": "strict"}, default_mode="echo").fill == "strict"
+    assert resolve_fill_config({}, default_mode="echo").mode == "echo"
+    assert resolve_fill_config({"FFWD_FILL": "off"}, default_mode="echo").mode == "off"
+    assert resolve_fill_config({}, {"fill": "strict"}, default_mode="echo").mode == "strict"
 
 
 def test_request_overrides_are_typed_and_bounded() -> None:
-    base = FillConfig(fill="echo")
+    base = FillConfig(mode="echo")
     c = base.for_request({"fill": "strict", "k": 4, "max_span": None})
-    assert (c.fill, c.k, c.max_span) == ("strict", 4, 32)
+    assert (c.mode, c.k, c.max_span) == ("strict", 4, 32)
     for body, name, needle in [
         ({"k": "4"}, "ffwd.k", "a JSON integer"),
         ({"k": True}, "ffwd.k", "a JSON integer"),

@@ -14,19 +14,22 @@ from fastapi.testclient import TestClient
 from ray.exceptions import ActorDiedError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import ServeDeploySchema
+from scripted import result, text
 
 from ffwd.config import resolve_scale_config
 from ffwd.deploy.app import REPLICA_HEADER, Accepted, ModelReplica, RayExecutor
 from ffwd.deploy.config import render_config
 from ffwd.deploy.spec import ROUTER_CLASS, DeploySpec
+from ffwd.engine.generate import GenerationResult
 from ffwd.serve.app import create_app
+from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.errors import APIError, bad_request
-from ffwd.serve.events import ContentDelta, Finished, Usage
-from ffwd.serve.execute import Emit, LocalExecutor
-from ffwd.serve.protocol import ChatCompletionRequest
+from ffwd.serve.execute import LocalExecutor
+from ffwd.serve.request import GenerationRequest
+from ffwd.serve.service import Emit
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
-FIN = Finished("stop", "Hello", (), Usage(5, 1), {"forward_calls": 1})
+FIN = result("Hello", prompt=5, completion=1, forward_calls=1)
 
 
 # --- spec and config file ------------------------------------------------------
@@ -58,6 +61,8 @@ def test_config_file_is_a_valid_serve_config_and_round_trips() -> None:
         DeploySpec.from_args({"modle": "default"})
     with pytest.raises(ValueError, match="FFWD_FILL"):
         DeploySpec.from_args({"fill": {"fill": "fast"}})
+    with pytest.raises(ValueError, match="FFWD_FILL"):
+        DeploySpec.from_args({"fill": {"mode": "fast"}})
 
 
 def test_pow2_router_is_rays_default() -> None:
@@ -74,16 +79,13 @@ class Service:
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
 
-    def prepare_chat(self, req: ChatCompletionRequest) -> Any:
-        if req.messages[0].text == "bad":
+    def prepare(self, req: GenerationRequest) -> Any:
+        if req.messages[0]["content"] == "bad":
             raise bad_request("no", param="messages")
         return req
 
-    def prepare_completion(self, req: Any) -> Any:
-        return req
-
     def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        emit(ContentDelta("Hello"))
+        emit(text("Hello"))
         if self.fail:
             raise RuntimeError("boom")
         emit(FIN)
@@ -104,11 +106,11 @@ async def collect(gen: AsyncIterator[object]) -> list[object]:
 
 
 def test_replica_answers_accepted_then_events() -> None:
-    req = ChatCompletionRequest.model_validate(CHAT)
+    req = parse_chat(CHAT)
     items = asyncio.run(collect(replica(Service()).generate(req)))
-    assert items[0] == Accepted("r1") and items[1] == ContentDelta("Hello")
-    assert isinstance(items[2], Finished) and items[2].ffwd["replica"] == "r1"
-    bad = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "bad"}]})
+    assert items[0] == Accepted("r1") and items[1] == text("Hello")
+    assert isinstance(items[2], GenerationResult) and items[2].ffwd_block()["replica"] == "r1"
+    bad = parse_chat({"messages": [{"role": "user", "content": "bad"}]})
     (err,) = asyncio.run(collect(replica(Service()).generate(bad)))
     assert isinstance(err, APIError) and err.status == 400
     failed = asyncio.run(collect(replica(Service(fail=True)).generate(req)))
@@ -168,7 +170,7 @@ def ingress() -> Iterator[Callable[[list[object]], TestClient]]:
 
 
 def test_ingress_serves_a_replica_answer(ingress: Callable[[list[object]], TestClient]) -> None:
-    c = ingress([Accepted("r7"), ContentDelta("Hello"), FIN])
+    c = ingress([Accepted("r7"), text("Hello"), FIN])
     r = c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 200 and r.headers[REPLICA_HEADER] == "r7"
     assert r.json()["choices"][0]["message"]["content"] == "Hello"
@@ -191,7 +193,7 @@ def test_refusals_before_acceptance(ingress: Callable[[list[object]], TestClient
 def test_a_replica_dying_mid_request_is_503(
     ingress: Callable[[list[object]], TestClient],
 ) -> None:
-    c = ingress([Accepted("r7"), ContentDelta("Hel"), ActorDiedError()])
+    c = ingress([Accepted("r7"), text("Hel"), ActorDiedError()])
     r = c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
     r = c.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -201,14 +203,13 @@ def test_a_replica_dying_mid_request_is_503(
 
 
 def test_cancel_reaches_the_handle_call() -> None:
-    handle = Handle([Accepted("r1"), ContentDelta("a"), ContentDelta("b")])
+    handle = Handle([Accepted("r1"), text("a"), text("b")])
     ex = RayExecutor(handle, "tiny")  # type: ignore[arg-type]
     got: list[object] = []
 
     async def go() -> None:
         ended = asyncio.Event()
-        started = await ex.start(ChatCompletionRequest.model_validate(CHAT), got.append,
-                                 ended.set)
+        started = await ex.start(parse_chat(CHAT), got.append, ended.set)
         started.job.cancel()
         await ended.wait()
         assert started.job.cancelled and started.job.done.is_set()

@@ -14,17 +14,18 @@ from ffwd.deploy.router import (
     rank,
     resumer,
 )
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.dialects.chat import parse_chat
+from ffwd.serve.request import GenerationRequest
 
 SYSTEM = {"role": "system", "content": "You are a careful assistant. " * 4}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
 
 
-def chat(*messages: dict[str, Any], **kw: Any) -> ChatCompletionRequest:
-    return ChatCompletionRequest.model_validate({"messages": list(messages), **kw})
+def chat(*messages: dict[str, Any], **kw: Any) -> GenerationRequest:
+    return parse_chat({"messages": list(messages), **kw})
 
 
-def turns(topic: str, n: int) -> list[ChatCompletionRequest]:
+def turns(topic: str, n: int) -> list[GenerationRequest]:
     """n successive requests of one conversation (each resends the one before)."""
     msgs: list[dict[str, Any]] = [SYSTEM]
     out = []
@@ -49,7 +50,7 @@ def test_prompt_blocks_grow_with_the_conversation() -> None:
     assert with_tools[-1:] == prompt_blocks(parts) and "get_weather" in with_tools[0]
     hidden = chat({"role": "user", "content": "hi"}, tools=TOOLS, tool_choice="none")
     assert prompt_blocks(hidden) == prompt_blocks(parts)
-    assert prompt_blocks(CompletionRequest(prompt=["Once"])) == []  # no whole block yet
+    assert prompt_blocks(GenerationRequest("r", "text", prompt="Once")) == []  # no whole block
 
 
 def test_short_messages_still_tell_conversations_apart() -> None:
@@ -93,7 +94,7 @@ def test_rank_prefers_the_conversation_unless_it_is_busier() -> None:
     assert rank({}, {}, {}) == ([], "load")
 
 
-def _route(table: PrefixTable, req: ChatCompletionRequest, loads: dict[str, int]) -> str:
+def _route(table: PrefixTable, req: GenerationRequest, loads: dict[str, int]) -> str:
     hashes = chain_hashes(prompt_blocks(req))
     held = {r: table.match(r, hashes) for r in loads}
     order, _ = rank(held, loads, {r: table.size(r) for r in loads})
@@ -121,7 +122,7 @@ def test_a_long_new_part_still_resumes() -> None:
     idle = {"r1": 0, "r2": 0}
     home = _route(table, first, idle)
     _route(table, other, idle)
-    big = chat(*[m.model_dump(exclude_none=True) for m in first.messages],
+    big = chat(*first.messages,
                {"role": "assistant", "content": "Let me look."},
                {"role": "user", "content": "x" * 20000})
     assert _route(table, big, idle) == home

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from served import echo_config
 
-from ffwd.fill import EchoConfig, EchoSource, FillPlan, FillRow, FillSession
+from ffwd.fill import EchoSource, FillPlan, FillRow, FillSession
 
 EOS = 99
 
@@ -21,7 +22,7 @@ class View:
 
 def echo(history: Sequence[int], **cfg: int) -> EchoSource:
     cfg.setdefault("k", 2)
-    return EchoSource(EchoConfig(**cfg), history)
+    return EchoSource(echo_config(**cfg), history)
 
 
 def test_worked_example_from_docstring() -> None:
@@ -63,7 +64,7 @@ def test_fork_stops_the_span_and_marks_branch_stop() -> None:
 
 
 def test_delimiter_ends_the_walk_inclusive() -> None:
-    src = EchoSource(EchoConfig(k=2), [1, 2, 3, 50, 4, 5, 1, 2], delimiters={50})
+    src = EchoSource(echo_config(k=2), [1, 2, 3, 50, 4, 5, 1, 2], delimiters={50})
     p = src.propose(View())
     assert p is not None and p.ids == (3, 50)
 
@@ -111,7 +112,7 @@ def test_index_max_forgets_oldest() -> None:
 def test_echo_sees_injected_tokens_through_the_session() -> None:
     # A strict row injects 3 4 5 after "2"; echo must index those ids too.
     row = FillRow((2,), (3, 4, 5), "scaffold")
-    s = FillSession(FillPlan(rows=(row,), echo=EchoConfig(k=2), eos=(EOS,)), [0])
+    s = FillSession(FillPlan(rows=(row,), echo=echo_config(k=2), eos=(EOS,)), [0])
     src = s.sources[1]
     assert isinstance(src, EchoSource)
     s.push(1)
@@ -126,7 +127,7 @@ def test_echo_sees_injected_tokens_through_the_session() -> None:
 
 
 def test_session_echo_uses_the_session_max_span() -> None:
-    plan = FillPlan(echo=EchoConfig(k=2, max_span=32), eos=(EOS,))
+    plan = FillPlan(echo=echo_config(k=2, max_span=32), eos=(EOS,))
     hist = list(range(100)) + [0]
     s = FillSession(plan, hist, max_span=4)
     p = s.push(1)
@@ -134,7 +135,7 @@ def test_session_echo_uses_the_session_max_span() -> None:
 
 
 def test_eos_in_history_is_cut_by_the_session() -> None:
-    plan = FillPlan(echo=EchoConfig(k=2), eos=(EOS,))
+    plan = FillPlan(echo=echo_config(k=2), eos=(EOS,))
     s = FillSession(plan, [1, 2, 3, 4, EOS, 7, 1])
     p = s.push(2)
     assert p is not None and p.ids == (3, 4) and p.policy == "verify"
@@ -142,6 +143,6 @@ def test_eos_in_history_is_cut_by_the_session() -> None:
 
 def test_bad_config_raises() -> None:
     with pytest.raises(ValueError, match="k=1"):
-        EchoConfig(k=1)
+        echo_config(k=1)
     with pytest.raises(ValueError, match="max_candidates"):
-        EchoConfig(max_candidates=0)
+        echo_config(max_candidates=0)

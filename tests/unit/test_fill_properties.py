@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from served import echo_config
 
-from ffwd.fill import EchoConfig, EchoSource, FillPlan, FillRow, FillSession
+from ffwd.fill import EchoSource, FillPlan, FillRow, FillSession
 
 EOS = 0
 tokens = st.integers(min_value=0, max_value=6)  # small alphabet: many matches and forks
@@ -24,7 +25,7 @@ def scenarios(draw: st.DrawFn) -> tuple[FillPlan, list[int], list[tuple[int, int
                 draw(st.sampled_from(["scaffold", "name", "key", "close", "turn-end"])))
         for _ in range(draw(st.integers(0, 4)))
     )
-    echo = EchoConfig(k=draw(st.integers(2, 4)), max_candidates=draw(st.integers(1, 4)))
+    echo = echo_config(k=draw(st.integers(2, 4)), max_candidates=draw(st.integers(1, 4)))
     delims = frozenset(draw(st.sets(tokens, max_size=2)))
     plan = FillPlan(rows=rows, echo=echo if draw(st.booleans()) else None,
                     delimiters=delims, eos=(EOS,))
@@ -76,7 +77,7 @@ def test_history_and_clamp_invariants(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(tokens, max_size=80), st.integers(2, 4))
 def test_echo_proposals_are_runs_of_the_history(hist: list[int], k: int) -> None:
-    src = EchoSource(EchoConfig(k=k, max_span=16), [])
+    src = EchoSource(echo_config(k=k, max_span=16), [])
     s_view = FillSession(FillPlan(), [])
     for i, t in enumerate(hist):
         src.observe([t])

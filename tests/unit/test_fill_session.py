@@ -6,9 +6,9 @@ import math
 from collections.abc import Sequence
 
 import pytest
+from served import echo_config
 
 from ffwd.fill import (
-    EchoConfig,
     FillPlan,
     FillRow,
     FillSession,
@@ -235,7 +235,7 @@ def test_invalid_session_settings_raise() -> None:
 
 
 def test_source_priority_strict_then_echo_then_callers() -> None:
-    plan = FillPlan(rows=(row([3, 4], [7, 7]),), echo=EchoConfig(k=2), eos=(EOS,))
+    plan = FillPlan(rows=(row([3, 4], [7, 7]),), echo=echo_config(k=2), eos=(EOS,))
     # Echo knows "1 2 -> 3 4 9"; the strict row fires after "3 4"; the caller
     # source always has something.
     prompt = [1, 2, 3, 4, 9]
@@ -352,7 +352,7 @@ def test_parse_failure_disarms_only_after_a_strict_fill() -> None:
 
 
 def test_parse_failure_keeps_echo() -> None:
-    plan = FillPlan(rows=(row([6], [1, 2]),), echo=EchoConfig(k=2), eos=(EOS,))
+    plan = FillPlan(rows=(row([6], [1, 2]),), echo=echo_config(k=2), eos=(EOS,))
     s = FillSession(plan, [3, 4, 5, 8, 8, 3])
     p = s.push(6)
     assert p is not None
@@ -364,7 +364,7 @@ def test_parse_failure_keeps_echo() -> None:
 
 
 def test_branch_stops_are_counted() -> None:
-    plan = FillPlan(echo=EchoConfig(k=2), eos=(EOS,))
+    plan = FillPlan(echo=echo_config(k=2), eos=(EOS,))
     # 1 2 -> 3 4 and 1 2 -> 3 5: fork after 3.
     s = FillSession(plan, [1, 2, 3, 4, 1, 2, 3, 5, 0, 1])
     assert s.push(2) is None  # the span [3] is too short

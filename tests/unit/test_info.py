@@ -11,7 +11,7 @@ import pytest
 
 from ffwd.cli import COMMANDS
 from ffwd.cli import main as ffwd_main
-from ffwd.info import greedy_promise
+from ffwd.engine.promise import greedy_promise
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
@@ -100,7 +100,8 @@ def test_measure_cost_replaces_a_stale_curve(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ffwd.models
-    from ffwd.engine.cost import POINTS, CostCurve
+    from ffwd.engine.cost import CostCurve
+    from ffwd.fill.spans import POINTS
 
     monkeypatch.setattr(ffwd.models, "cost_curve_path", lambda *a: tmp_path / "curve.json")
     stale = CostCurve({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)

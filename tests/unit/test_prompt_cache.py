@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from ffwd.serve.prompt_cache import PromptCache, common_prefix
+from ffwd.fill import common_prefix
+from ffwd.serve.prompt_cache import PromptCache
 
 
 @dataclass(frozen=True)

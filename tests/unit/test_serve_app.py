@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from scripted import call, result, text
 
-from ffwd.serve.app import Emit, create_app
+from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
-from ffwd.serve.events import ContentDelta, Finished, ToolCallDelta, ToolCallOut, Usage
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.protocol import ChatCompletionRequest
+from ffwd.serve.request import GenerationRequest
+from ffwd.serve.service import Emit
+from ffwd.templates.formats.base import ToolCall
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -31,12 +34,9 @@ class Scripted:
         self.cancel_seen = threading.Event()
         self.forward_calls = 0
 
-    def prepare_chat(self, req: ChatCompletionRequest) -> Any:
-        if req.messages[0].text == "too long":
+    def prepare(self, req: GenerationRequest) -> Any:
+        if req.messages and req.messages[0]["content"] == "too long":
             raise bad_request("prompt is 5000 tokens, the context window is 2048", "messages")
-        return req
-
-    def prepare_completion(self, req: CompletionRequest) -> Any:
         return req
 
     def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
@@ -45,22 +45,21 @@ class Scripted:
             while not self.gate.wait(0.01):
                 if cancelled():
                     self.cancel_seen.set()
-                    emit(Finished("cancelled", "", (), Usage(10, 0)))
+                    emit(result(finish="cancelled", completion=0))
                     return
         if self.fail:
             raise RuntimeError("boom")
-        tools = isinstance(prepared, ChatCompletionRequest) and prepared.tools
-        if tools:
-            emit(ToolCallDelta(0, id="call_1", name="get_weather"))
-            emit(ToolCallDelta(0, arguments='{"city": '))
-            emit(ToolCallDelta(0, arguments='"Paris"}'))
-            call = ToolCallOut("call_1", "get_weather", '{"city": "Paris"}')
-            emit(Finished("tool_calls", None, (call,), Usage(10, 7)))
+        if prepared.tools:
+            emit(call(0, "get_weather"))
+            emit(call(0, arguments='{"city": '))
+            emit(call(0, arguments='"Paris"}'))
+            done = ToolCall("get_weather", '{"city": "Paris"}')
+            emit(result(calls=(done,), finish="tool_calls", completion=7))
             return
-        emit(ContentDelta("Hello"))
-        emit(ContentDelta(" world"))
+        emit(text("Hello"))
+        emit(text(" world"))
         self.forward_calls += 2
-        emit(Finished("stop", "Hello world", (), Usage(10, 2, 4), {"forward_calls": 2}))
+        emit(result("Hello world", cached=4, forward_calls=2))
 
     def reset(self) -> None:
         self.resets += 1
@@ -90,7 +89,7 @@ def test_chat_completion_shape(client: TestClient) -> None:
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
                              "prompt_tokens_details": {"cached_tokens": 4}}
-    assert body["ffwd"] == {"forward_calls": 2}
+    assert body["ffwd"]["forward_calls"] == 2 and body["ffwd"]["fill"] == "off"
 
 
 def test_chat_stream_chunks(client: TestClient) -> None:
@@ -113,7 +112,8 @@ def test_streamed_tool_call_deltas(client: TestClient) -> None:
     chunks = sse(r.text)
     deltas = [c["choices"][0]["delta"]["tool_calls"][0] for c in chunks
               if c != "[DONE]" and c["choices"] and "tool_calls" in c["choices"][0]["delta"]]
-    assert deltas[0] == {"index": 0, "id": "call_1", "type": "function",
+    assert deltas[0]["id"].startswith("call_")
+    assert deltas[0] == {"index": 0, "id": deltas[0]["id"], "type": "function",
                          "function": {"name": "get_weather", "arguments": ""}}
     assert "".join(d["function"]["arguments"] for d in deltas) == '{"city": "Paris"}'
     assert all("id" not in d and "name" not in d["function"] for d in deltas[1:])

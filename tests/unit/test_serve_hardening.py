@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from scripted import held, result, text
 from test_serve_app import CHAT, Scripted, sse
 
+from ffwd.engine.events import Alternative
 from ffwd.serve.app import create_app
-from ffwd.serve.events import ContentDelta, Finished, TokenLogprob, TopLogprob, Usage
-from ffwd.serve.protocol import ChatCompletionRequest
+from ffwd.serve.request import GenerationRequest
 
 URL = "/v1/chat/completions"
 
@@ -162,7 +163,7 @@ def test_bearer_scheme_is_case_insensitive_and_401s_are_bounded() -> None:
 
 
 class Crashing(Scripted):
-    def prepare_chat(self, req: ChatCompletionRequest) -> Any:
+    def prepare(self, req: GenerationRequest) -> Any:
         raise TypeError("a bug")
 
 
@@ -184,13 +185,11 @@ def test_a_failed_stream_is_counted() -> None:
 
 class WithLogprobs(Scripted):
     def run(self, prepared: Any, emit: Any, cancelled: Any) -> None:
-        alt = (TopLogprob("Hi", (72, 105), -1.5),)
-        emit(TokenLogprob("Hello", tuple(b"Hello"), -0.25, alt))
-        emit(ContentDelta("Hello"))
-        emit(TokenLogprob(" w", tuple(b" w"), -0.5, alt))
-        emit(TokenLogprob("orld", tuple(b"orld"), -0.125, alt))
-        emit(ContentDelta(" world"))
-        emit(Finished("stop", "Hello world", (), Usage(3, 3)))
+        alt = (Alternative(1, -1.5, "Hi", bytes([72, 105])),)
+        emit(text("Hello", -0.25, alt))
+        emit(held(" w", -0.5, alt))  # its text comes out with the next token's
+        emit(text("orld", -0.125, alt, released=" world"))
+        emit(result("Hello world", prompt=3, completion=3))
 
 
 def test_logprobs_shapes_for_chat_and_completions() -> None:

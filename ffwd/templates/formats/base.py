@@ -1,5 +1,5 @@
 """What every tool-call format shares: calls, deltas, parse state, layouts,
-the incremental detokenizer and the `StrictFillContext` built on a parser.
+and the `StrictFillContext` built on a parser.
 
 A format module supplies an incremental parser (``feed(text) -> deltas``,
 ``finish() -> deltas``, ``calls``, ``held_back``, ``state``; most build on
@@ -17,19 +17,20 @@ A call that turns out malformed after its first delta is not added to
 after calls counts as markup. ``held_back`` is the trailing text a streaming
 server should not send yet: it may be the start of a call's marker.
 
-The context (`ToolCallContext`, made by ``ToolFormat.new_context``) decodes
-every id that enters the sequence, feeds the parser, and lets a row fire only
-when one of its rules holds for the parser's `ParseState`.
+The context (`ToolCallContext`) lets a row fire only when one of its rules
+holds for the parser's `ParseState`; the parser is the one that reads the
+reply (shared with the text layer), or its own for model-free replay.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ffwd.fill import FillRow
 from ffwd.templates.builtin import builtin_template
+from ffwd.templates.text import Detokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +151,8 @@ class ToolFormat:
     def new_context(
         self, tokenizer: Any, rules: Mapping[FillRow, Sequence[Rule]] | None = None
     ) -> ToolCallContext:
-        """A fresh per-request `StrictFillContext` over this format's parser."""
-        return ToolCallContext(self, token_decoder(tokenizer), rules or {})
+        """A standalone `StrictFillContext`: it decodes the ids it observes itself."""
+        return ToolCallContext(rules or {}, self.new_parser(), detokenizer=Detokenizer(tokenizer))
 
 
 # --- rules: when may a row fire? ----------------------------------------------
@@ -235,65 +236,44 @@ class AllKeysUsed:
         return self.keys.issubset(done)
 
 
-# --- decoding token ids back to text -----------------------------------------
-
-
-def token_decoder(tokenizer: Any) -> Callable[[Sequence[int]], str]:
-    def decode(ids: Sequence[int]) -> str:
-        return str(
-            tokenizer.decode(
-                list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
-            )
-        )
-
-    return decode
-
-
-@dataclass
-class IncrementalDecoder:
-    """Token ids in, new text out; holds back ids that end mid-character.
-
-    Decodes a short window (from the last emitted boundary) so that tokenizers
-    whose pieces depend on their neighbours (SentencePiece spaces, byte
-    fallback) still produce exactly the text of the whole sequence.
-    """
-
-    decode: Callable[[Sequence[int]], str]
-    ids: list[int] = field(default_factory=list)
-    prefix: int = 0  # window start
-    read: int = 0  # ids already turned into text
-
-    def feed(self, ids: Sequence[int]) -> str:
-        self.ids.extend(ids)
-        done = self.decode(self.ids[self.prefix : self.read]) if self.read > self.prefix else ""
-        full = self.decode(self.ids[self.prefix :])
-        if len(full) <= len(done) or full.endswith("\ufffd"):
-            return ""
-        self.prefix, self.read = self.read, len(self.ids)
-        return full[len(done) :]
+# --- the gate of template rows ---------------------------------------------------
 
 
 class ToolCallContext:
-    """`StrictFillContext` for one request: decodes what enters the sequence,
-    feeds the format's parser and answers `allows(row)` from the row's rules."""
+    """`StrictFillContext` for one request: a row fires only where one of its rules
+    holds for the parser's state, and only once the parser has read every id
+    emitted so far (`ready`: no text held back by the detokenizer or a stop string).
+
+    Shared, the text layer feeds `parser` the output it releases and says when it
+    is `ready`. Standalone (`ToolFormat.new_context`: model-free replay, tests) the
+    context decodes every id it observes and feeds its own parser.
+    """
 
     def __init__(
         self,
-        fmt: ToolFormat,
-        decode: Callable[[Sequence[int]], str],
         rules: Mapping[FillRow, Sequence[Rule]],
+        parser: ToolParser,
+        ready: Callable[[], bool] | None = None,
+        detokenizer: Detokenizer | None = None,
     ) -> None:
-        self.format = fmt
-        self.parser = fmt.new_parser()
-        self._decoder = IncrementalDecoder(decode)
+        self.parser = parser
         self._rules = rules
+        self._detok = detokenizer
+        self._ready = ready
         self._state: ParseState | None = None
 
     def observe(self, ids: Sequence[int]) -> None:
-        text = self._decoder.feed(ids)
-        if text:
-            self.parser.feed(text)
-            self._state = None
+        if self._detok is not None:
+            text = self._detok.feed(ids)
+            if text:
+                self.parser.feed(text)
+        self._state = None  # the parser has read more (here, or in the text layer)
+
+    @property
+    def ready(self) -> bool:
+        if self._ready is not None:
+            return self._ready()
+        return self._detok is None or not self._detok.pending
 
     @property
     def state(self) -> ParseState:
@@ -303,4 +283,4 @@ class ToolCallContext:
 
     def allows(self, row: FillRow) -> bool:
         rules = self._rules.get(row, ())
-        return any(rule.holds(self.state) for rule in rules)
+        return bool(rules) and self.ready and any(rule.holds(self.state) for rule in rules)

@@ -44,8 +44,9 @@ class MarkerParser:
 
     def finish(self, cut: bool = False) -> list[Delta]:
         """The deltas at the end of the message. `cut`: the message was cut off
-        (a token limit) where a grammar guaranteed the markup: an unfinished call
-        and a partial marker are dropped, not returned as content."""
+        before the model ended it (a token limit, a stop string): an unfinished
+        call stays as its deltas sent it, and neither its markup nor a partial
+        marker is returned as content."""
         self._out = []
         if self._mode != "content":
             if cut and not self._call_complete():

@@ -7,8 +7,6 @@ fmt=None, echo=None) -> CompiledTools``
     ``.plan`` is the request's `FillPlan`, ``.format`` its `ToolFormat`, and
     ``.new_context()`` returns a fresh `StrictFillContext` for one request
     (pass it to `FillSession(strict_context=...)`).
-``compile_plan(...) -> FillPlan``
-    The same, plan only.
 ``default_eos_ids(tokenizer) -> tuple[int, ...]``
     The tokenizer's EOS id plus the single-token turn ends it knows.
 
@@ -63,19 +61,6 @@ class CompiledTools:
     def new_context(self) -> ToolCallContext:
         """A fresh per-request `StrictFillContext` for this plan's rows."""
         return self.format.new_context(self.tokenizer, self.rules)
-
-
-def compile_plan(
-    tokenizer: Any,
-    template: str,
-    tools: Sequence[Mapping[str, Any]] | None,
-    tool_choice: object = "auto",
-    eos_ids: Iterable[int] = (),
-    fmt: str | None = None,
-    echo: EchoConfig | None = None,
-) -> FillPlan:
-    """`compile_tools(...).plan`: the rows, echo settings, delimiters and EOS ids."""
-    return compile_tools(tokenizer, template, tools, tool_choice, eos_ids, fmt, echo).plan
 
 
 def compile_tools(
@@ -166,4 +151,4 @@ def tool_choice_name(tool_choice: object, tools: Sequence[Mapping[str, Any]]) ->
     return name
 
 
-__all__ = ["CompiledTools", "compile_plan", "compile_tools", "default_eos_ids", "tool_choice_name"]
+__all__ = ["CompiledTools", "compile_tools", "default_eos_ids", "tool_choice_name"]

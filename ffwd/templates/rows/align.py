@@ -17,6 +17,8 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ffwd.fill.prefix import common_prefix
+
 
 @dataclass
 class Text:
@@ -49,12 +51,7 @@ def lcp(seqs: Iterable[Sequence[int]]) -> list[int]:
         return []
     out = list(first)
     for seq in it:
-        n = 0
-        for a, b in zip(out, seq, strict=False):
-            if a != b:
-                break
-            n += 1
-        del out[n:]
+        del out[common_prefix(out, seq) :]
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from ffwd.bench.replay import TOOL_CHOICES, replay
 from ffwd.templates.render import resolve_template
-from ffwd.templates.rows import compile_plan, default_eos_ids
+from ffwd.templates.rows import compile_tools, default_eos_ids
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,7 +105,7 @@ def compile_time(
     wall, cpu, rows = [], [], 0
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        rows = len(compile_plan(tokenizer, template, chosen, tool_choice, eos, fmt).rows)
+        rows = len(compile_tools(tokenizer, template, chosen, tool_choice, eos, fmt).plan.rows)
         wall.append((time.perf_counter() - t0) * 1000)
         cpu.append((time.process_time() - c0) * 1000)
     wall.sort()

@@ -19,7 +19,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from ffwd.config import resolve_engine_config, resolve_fill_config
+from ffwd.config import SERVER_DEFAULT_FILL, resolve_engine_config, resolve_fill_config
+from ffwd.engine.promise import greedy_promise
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,47 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="load the model and measure its forward cost curve again (seconds)")
 
 
-def greedy_promise(backend: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
-    """Whether greedy output is independent of how ids are batched into forwards.
-
-    Fill appends several ids per forward and the prompt cache changes how many
-    prompt ids one prefill forward takes; greedy output stays the same only
-    where a forward's rows do not depend on how many ids it carries.
-
-    >>> greedy_promise("transformers", "cpu", "float32")[0]
-    True
-    >>> greedy_promise("transformers", "cpu", "bfloat16")[1][:3]
-    'no:'
-    """
-    if backend == "llamacpp":
-        if threads == 1:
-            return True, ("yes: llama.cpp on one thread; greedy output is the same with fill on "
-                          "or off and with a cold or a warm prompt cache")
-        return False, ("no: past 256 ids of context llama.cpp splits a one-id forward's "
-                       "attention across threads and rounds it differently from a batched "
-                       "forward, so greedy output can change with fill on/off and with the "
-                       "prompt-cache state (exact with --threads 1, or below 256 ids)")
-    if backend == "transformers" and device == "cpu" and dtype == "float32":
-        return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "
-                      "with a cold or a warm prompt cache")
-    why = ("reduced precision rounds differently for different batch shapes"
-           if dtype != "float32" else "GPU kernels are chosen by batch shape")
-    return False, (f"no: {why}, so greedy output can change with fill on/off and with the "
-                   "prompt-cache state (use --dtype float32 on CPU for identical output)")
-
-
-def loaded_promise(backend: Any) -> tuple[bool, str]:
-    """`greedy_promise` for a loaded backend (what `ffwd serve` prints at start)."""
-    from ffwd.engine.hf import HFBackend
-
-    if isinstance(backend, HFBackend):
-        dtype = str(backend.model.dtype).removeprefix("torch.")
-        return greedy_promise("transformers", backend.device.type, dtype)
-    if getattr(backend, "engine", None) == "llama.cpp":
-        return greedy_promise("llamacpp", "cpu", "gguf", backend.threads)
-    return False, f"no: not established for {type(backend).__name__}"
-
-
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
     from ffwd.models import (
@@ -85,7 +45,6 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         resolve_dtype,
         resolve_model,
     )
-    from ffwd.serve.cli import SERVER_DEFAULT_FILL
     from ffwd.templates.render import model_template, resolve_template
 
     engine = resolve_engine_config(overrides={
@@ -124,7 +83,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "vocab_size": len(tokenizer),
         "cost_curve": _cost_curve(ref, backend, "gguf" if backend == "llamacpp" else dtype,
                                   device, _thread_count(engine.threads)),
-        "fill_served": fill.fill,
+        "fill_served": fill.mode,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
@@ -145,8 +104,8 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
     """Prompt plus output tokens the server allows per request (llama.cpp: what it allocates)."""
     from transformers import AutoConfig
 
+    from ffwd.engine.hf import DEFAULT_CONTEXT_WINDOW
     from ffwd.engine.llamacpp import DEFAULT_CONTEXT_CAP
-    from ffwd.serve.service import DEFAULT_CONTEXT_WINDOW
 
     kwargs = {"gguf_file": ref.gguf_file} if ref.gguf_file else {}
     cfg = AutoConfig.from_pretrained(ref.directory, **kwargs)
@@ -158,26 +117,14 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
 
 def _cost_curve(ref: Any, backend: str, dtype: str, device: str, threads: int) -> str:
     """The measured forward costs fill sizes its spans by, or where the first load puts them."""
-    from ffwd.engine.cost import CostCurve
-    from ffwd.models import cost_curve_path
+    from ffwd.models import cost_curve_path, read_cost_curve
 
     on = device if device == "cpu" or ":" in device else f"{device}:0"  # the loaded device
     path = cost_curve_path(ref, backend, dtype, on, threads)
-    try:
-        curve = CostCurve.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, AssertionError, TypeError):
+    curve = read_cost_curve(path)
+    if curve is None:
         return f"not measured yet: the first load measures it into {path}"
-    return f"{curve_text(curve)} ({path})"
-
-
-def curve_text(curve: Any) -> str:
-    """A `CostCurve` in one line: ms per forward of m ids, all rows and last row only."""
-
-    def ms(table: dict[int, float]) -> str:
-        return ", ".join(f"{m}: {v:.1f}" for m, v in sorted(table.items()))
-
-    return (f"ms per forward of m ids, all rows {{{ms(curve.rows)}}}, "
-            f"last row {{{ms(curve.last)}}}")
+    return f"{curve.describe()} ({path})"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,24 +1,18 @@
-"""``ffwd bench``: every system on the same prompts, interleaved, then a report.
+"""``ffwd bench``: every system on the same prompts, interleaved, then the results.
 
-    ffwd bench [--workload tools|echo|prose|all] [--limit N] [--systems LIST]
-               [--model default|PATH] [--backend auto|llamacpp|transformers]
-               [--repeats R] [--threads T] [--out DIR] [--json] [--quick]
-
-The ffwd systems are requests to ``ffwd serve`` processes, ``llama-server``
-to llama.cpp's own server, both over loopback HTTP (`ffwd.bench.systems`);
-all use the same thread count and the prompt ids this process renders with
-the service. Each system first runs one short untimed warm-up; then every
-(repeat, item) runs all systems back to back, starting from a different
-system each time (`schedule`), so machine noise lands on all alike. Writes
-``DIR/results.json`` (environment, settings, every run, outputs, summary,
-speedups, correctness, replay bound, targets), ``DIR/report.md`` and
-``DIR/speedup.png``; ``--json`` also prints the results to stdout.
+`run_bench(args, systems, limit, repeats)` loads the model, starts the
+systems' servers (`ffwd.bench.systems`: ffwd over loopback HTTP on the chosen
+backend, llama.cpp's own server, transformers' generate), runs every (repeat,
+item) with all systems back to back, starting from a different system each
+time (`schedule`), so machine noise lands on all alike, and returns the
+results dict (environment, settings, every run, outputs, summary, speedups,
+correctness, replay bound, targets) that `ffwd.cli.bench` writes and
+`ffwd.bench.report` renders.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -31,8 +25,6 @@ from typing import Any
 
 from ffwd.bench import report
 from ffwd.bench.systems import (
-    ALL_SYSTEMS,
-    ENGINES,
     EXTRA_SYSTEMS,
     FFWD_SYSTEMS,
     LLAMA_SERVER,
@@ -45,38 +37,6 @@ from ffwd.bench.systems import (
     split_name,
 )
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
-
-DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
-DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
-    parser.add_argument("--limit", type=int, default=None,
-                        help=f"entries per BFCL category, edits and re-quotes, prose questions "
-                             f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
-    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
-                        + " (an ffwd system may name its engine: ffwd-off:transformers)")
-    parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
-    parser.add_argument("--backend", default="auto",
-                        help="engine of the ffwd systems: auto|llamacpp|transformers")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help=f"runs of every item and system (default {DEFAULT_REPEATS}; "
-                             f"--quick {QUICK_REPEATS})")
-    parser.add_argument("--out", default="ffwd-bench", help="output directory")
-    parser.add_argument("--bfcl", action="append", default=None, metavar="CATEGORY",
-                        help=f"BFCL category for tools (repeatable; default "
-                             f"{' + '.join(DEFAULT_BFCL)})")
-    parser.add_argument("--seed", type=int, default=0, help="echo and prose selection")
-    parser.add_argument("--dtype", default="float32",
-                        help="transformers: float32 (default: greedy identity is exact), "
-                             "bfloat16 or auto")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="threads of every system (0: torch's default)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a small slice with short outputs (a few minutes)")
-    parser.add_argument("--json", action="store_true", help="print results.json to stdout")
 
 
 def schedule(n_items: int, systems: Sequence[str], repeats: int) -> list[tuple[int, int, str]]:
@@ -101,46 +61,6 @@ def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
         "parsed": parses(o, item) if item.workload.startswith("tools") else None,
     }
-
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        names = _system_names(args.systems)
-        limit = args.limit or (QUICK_LIMIT if args.quick else DEFAULT_LIMIT)
-        repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
-        if limit < 1 or repeats < 1:
-            raise ValueError("--limit and --repeats must be at least 1")
-    except ValueError as exc:
-        print(f"ffwd bench: {exc}", file=sys.stderr)
-        return 2
-    results = run_bench(args, names, limit, repeats)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    (out / "report.md").write_text(report.render_markdown(results))
-    report.plot(results["summary"], results["speedups"], out / "speedup.png")
-    if args.json:
-        print(json.dumps(results, ensure_ascii=False))
-    else:
-        print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'speedup.png'}",
-              file=sys.stderr)
-    return 0
-
-
-def _system_names(raw: str) -> list[str]:
-    names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if not _known(n)]
-    if unknown or not names:
-        known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
-        raise ValueError(f"--systems {raw!r}: expected some of {known}")
-    return list(dict.fromkeys(names))
-
-
-def _known(name: str) -> bool:
-    base, engine = split_name(name)
-    served = (*FFWD_SYSTEMS, *EXTRA_SYSTEMS)
-    return base in (*ALL_SYSTEMS, *EXTRA_SYSTEMS) and (
-        engine is None or (base in served and engine in ENGINES))
 
 
 def run_bench(
@@ -171,7 +91,7 @@ def run_bench(
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     bfcl = tuple(args.bfcl or DEFAULT_BFCL)
     items = select(workloads, limit, args.seed, bfcl, args.quick)
-    prompts = {it.key: service.prepare_chat(chat_request(it, "off")).prompt_ids for it in items}
+    prompts = {it.key: service.prepare(chat_request(it, "off")).prompt_ids for it in items}
     with ExitStack() as stack:
         systems, skipped = start_systems(names, args, ref, engine, service, threads, stack)
         runs, firsts = _run_all(items, systems, repeats, prompts)
@@ -187,7 +107,7 @@ def run_bench(
             "command": "ffwd bench " + " ".join(_argv()), "workloads": list(workloads),
             "limit": limit, "repeats": repeats, "seed": args.seed, "bfcl": list(bfcl),
             "quick": args.quick, "systems": [s.name for s in systems], "backend": engine,
-            "fill": {k: v for k, v in asdict(fill).items() if k not in ("fill", "trace")},
+            "fill": {k: v for k, v in asdict(fill).items() if k not in ("mode", "trace")},
             "items": [{"key": it.key, "kind": it.kind, "max_tokens": it.max_tokens,
                        "prompt_tokens": len(prompts[it.key])} for it in items],
         },
@@ -215,7 +135,10 @@ def start_systems(
     started: dict[str, servers.ChildServer] = {}
     built: list[System] = []
     skipped: dict[str, str] = {}
-    hf_model: Any = getattr(service.backend, "model", None)
+    from ffwd.engine.hf import HFBackend
+
+    # The transformers systems share the served model's weights when it is one.
+    hf_model: Any = service.backend.model if isinstance(service.backend, HFBackend) else None
     for name in names:
         base, kind = split_name(name)
         if base in FFWD_SYSTEMS or base in EXTRA_SYSTEMS:
@@ -232,7 +155,7 @@ def start_systems(
             if not ref.gguf_file:
                 skipped[name] = "llama-server runs GGUF files; this model is a HF directory"
                 continue
-            ctx = getattr(service.backend, "context_window", 0) or 8192
+            ctx = service.backend.context_window
             srv = stack.enter_context(servers.llama_server(str(ref.path), threads, ctx, 512))
             built.append(LlamaServerHTTP(srv.url, decoder))
         else:
@@ -303,9 +226,7 @@ def environment(
 
     from ffwd.engine.llamacpp import system_info
 
-    model = getattr(backend, "model", None)
-    dtype = (str(next(model.parameters()).dtype).removeprefix("torch.") if model is not None
-             else "the GGUF file's own")
+    dtype = "the GGUF file's own" if backend.dtype_name == "gguf" else backend.dtype_name
     env = {
         "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads,
         "python": platform.python_version(), "torch": torch.__version__,

@@ -1,7 +1,7 @@
 """`ffwd generate`: one generation from a prompt, printed as text or JSON.
 
 The prompt goes through the chat template as a user turn unless ``--raw``:
-the same template and rendering as the server (`templates.render.encode_chat`),
+the same template and rendering as the server (`templates.render.encode_prompt`),
 so both count the same prompt tokens. With ``--fill strict|echo`` the decode
 loop runs a fill session (no tools here, so strict has no rows to fire; echo
 copies from the context).
@@ -13,10 +13,9 @@ import argparse
 import json
 import sys
 from dataclasses import asdict
-from typing import Any
 
 from ffwd.config import FILL_MODES, resolve_engine_config, resolve_fill_config
-from ffwd.templates.render import encode_chat, resolve_template
+from ffwd.templates.render import encode_prompt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,14 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-span", default=None, help="FFWD_FILL_MAX_SPAN")
     parser.add_argument("--trace", default=None, help="FFWD_FILL_TRACE: 1 or a .jsonl path")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-
-
-def prompt_ids(tokenizer: Any, prompt: str, raw: bool, tool_format: str | None = None) -> list[int]:
-    """The prompt as ids: raw text, or a user turn rendered exactly as the server does."""
-    if raw:
-        return [int(i) for i in tokenizer.encode(prompt, add_special_tokens=False)]
-    template, _ = resolve_template(tokenizer, tool_format)
-    return encode_chat(tokenizer, template, [{"role": "user", "content": prompt}])
 
 
 def main(args: argparse.Namespace) -> int:
@@ -74,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(ref)
     try:
         backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
-        ids = prompt_ids(tokenizer, args.prompt, args.raw, args.tool_format)
+        ids = encode_prompt(tokenizer, args.prompt, args.raw, args.tool_format)
     except ValueError as exc:
         print(f"ffwd generate: {exc}", file=sys.stderr)
         return 2

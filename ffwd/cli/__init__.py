@@ -1,7 +1,8 @@
-"""`ffwd serve | generate | replay | bench | deploy | info`.
+"""`ffwd serve | generate | replay | bench | deploy | info`: the top of the house.
 
-Each subcommand lives in its own module, which provides
-``add_arguments(parser)`` and ``main(args) -> int``; this file only routes.
+Each command lives in its own module of this package, which provides
+``add_arguments(parser)`` and ``main(args) -> int``: argument parsing and the
+wiring of the layers below, nothing else. This file only routes.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from types import ModuleType
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("ffwd.serve.cli", "run the OpenAI-compatible HTTP server"),
-    "generate": ("ffwd.engine.cli", "generate from a prompt and print the result"),
-    "replay": ("ffwd.bench.replay_cli", "model-free replay of BFCL calls through the strict tier"),
-    "bench": ("ffwd.bench.cli", "side-by-side benchmarks and report"),
-    "deploy": ("ffwd.deploy.cli", "scale out on Ray Serve: print a Serve config file"),
-    "info": ("ffwd.info", "what a model runs as: path, backend, dtype, template, context, "
+    "serve": ("ffwd.cli.serve", "run the HTTP server (OpenAI and Anthropic APIs)"),
+    "generate": ("ffwd.cli.generate", "generate from a prompt and print the result"),
+    "replay": ("ffwd.cli.replay", "model-free replay of BFCL calls through the strict tier"),
+    "bench": ("ffwd.cli.bench", "side-by-side benchmarks and report"),
+    "deploy": ("ffwd.cli.deploy", "scale out on Ray Serve: print a Serve config file"),
+    "info": ("ffwd.cli.info", "what a model runs as: path, backend, dtype, template, context, "
              "greedy determinism"),
 }
 

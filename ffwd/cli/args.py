@@ -1,0 +1,150 @@
+"""The flags `ffwd serve` and `ffwd deploy config` share, and what they resolve to.
+
+`add_service_arguments` (model, HTTP, engine and fill flags) and
+`add_scale_arguments` (replicas, routing); `resolve_settings` turns the flags
+into the fill and engine settings (`ffwd.config`, which also checks the
+server's limits), and `deploy_spec` into a `DeploySpec` for Ray Serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ffwd.config import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PROMPT_CACHE_BYTES,
+    FILL_MODES,
+    ROUTERS,
+    SERVER_DEFAULT_FILL,
+    EngineConfig,
+    FillConfig,
+    check_limits,
+    resolve_engine_config,
+    resolve_fill_config,
+    resolve_scale_config,
+)
+
+SCALE_FLAGS = ("replicas", "min_replicas", "max_replicas", "target_ongoing", "max_ongoing",
+               "replica_cpus", "replica_gpus", "router", "imbalance")
+
+
+def add_service_arguments(p: argparse.ArgumentParser) -> None:
+    """The model, HTTP, engine and fill flags."""
+    p.add_argument("--model", default="default",
+                   help="default (the embedded SmolLM2-135M-Instruct), a HF directory or a .gguf "
+                   "file (default: default)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' (default: none, open)")
+    p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
+                   help=f"requests allowed to wait; more get 429 (default: {DEFAULT_MAX_QUEUE})")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="largest request body; larger get 413 "
+                   f"(default: {DEFAULT_MAX_BODY_BYTES})")
+    p.add_argument("--prompt-cache-bytes", type=int, default=DEFAULT_PROMPT_CACHE_BYTES,
+                   help="KV states of other conversations kept, LRU; 0 = live cache only "
+                   f"(default: {DEFAULT_PROMPT_CACHE_BYTES})")
+    p.add_argument("--tool-format", default=None,
+                   help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
+    _engine_arguments(p)
+    _fill_arguments(p)
+
+
+def _engine_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None,
+                   help="auto|llamacpp|transformers (FFWD_BACKEND; default: auto = llama.cpp "
+                   "for a .gguf on the CPU, else transformers)")
+    p.add_argument("--dtype", default=None,
+                   help="transformers: auto|float32|bfloat16|float16 (FFWD_DTYPE; default: auto "
+                   "= bfloat16 on CUDA and on CPUs with native bfloat16, else float32)")
+    p.add_argument("--device", default=None,
+                   help="auto|cpu|cuda|cuda:N (FFWD_DEVICE; default: auto = cuda when available)")
+    p.add_argument("--threads", default=None,
+                   help="compute threads, 0 = torch's default (FFWD_THREADS; default: 0)")
+    p.add_argument("--context", default=None,
+                   help="llama.cpp context in ids, 0 = the model's up to 8192 (FFWD_CONTEXT; "
+                   "default: 0)")
+
+
+def _fill_arguments(p: argparse.ArgumentParser) -> None:
+    d = FillConfig()
+    g = p.add_argument_group("fill (each overrides its FFWD_FILL* variable)")
+    g.add_argument("--fill", default=None, choices=FILL_MODES,
+                   help=f"FFWD_FILL (default for the server: {SERVER_DEFAULT_FILL})")
+    g.add_argument("--fill-max-span", default=None,
+                   help=f"FFWD_FILL_MAX_SPAN (default: {d.max_span})")
+    g.add_argument("--fill-append-chunk-size", default=None,
+                   help="FFWD_FILL_APPEND_CHUNK_SIZE (default: 0 = the backend's limit)")
+    g.add_argument("--fill-k", default=None, help=f"FFWD_FILL_K (default: {d.k})")
+    g.add_argument("--fill-candidates", default=None,
+                   help=f"FFWD_FILL_CANDIDATES (default: {d.candidates})")
+    g.add_argument("--fill-index-max", default=None,
+                   help=f"FFWD_FILL_INDEX_MAX (default: {d.index_max})")
+    g.add_argument("--fill-trace", default=None,
+                   help="FFWD_FILL_TRACE: 1 (cache checks) or a .jsonl file every request is "
+                   "traced to; requests may switch it off (default: off)")
+    g.add_argument("--grammar", default=None, choices=("on", "off"),
+                   help="FFWD_GRAMMAR: constrain tool calls with a grammar so that required and "
+                   "named tool_choice always return a valid call (default: on)")
+
+
+def add_scale_arguments(p: argparse.ArgumentParser, *, join: bool) -> None:
+    """The replica flags; `join` adds --ray-address (`ffwd serve` runs the deployment)."""
+    g = p.add_argument_group("scale out on Ray Serve (pip install 'ffwd[ray]')")
+    g.add_argument("--replicas", default=None,
+                   help="model replicas behind one HTTP port (with --max-replicas: the start "
+                   "count); `ffwd serve` without it runs one model in this process")
+    g.add_argument("--min-replicas", default=None, help="autoscaling lower bound (1)")
+    g.add_argument("--max-replicas", default=None, help="autoscaling upper bound: turns it on")
+    g.add_argument("--target-ongoing", default=None,
+                   help="requests per replica the autoscaler aims at (2)")
+    g.add_argument("--max-ongoing", default=None,
+                   help="requests one replica holds, running and waiting (2); the rest wait "
+                   "at the router, at most --max-queue, then 429")
+    g.add_argument("--replica-cpus", default=None,
+                   help="CPUs reserved per replica, also its torch threads (1)")
+    g.add_argument("--replica-gpus", default=None, help="GPUs reserved per replica (0)")
+    g.add_argument("--router", default=None, choices=ROUTERS,
+                   help="affine: the replica holding the prompt's longest cached prefix when "
+                   "load is balanced, else the least loaded (default); pow2: Ray's default")
+    g.add_argument("--route-imbalance", dest="imbalance", default=None,
+                   help="requests the affine replica may hold beyond the least loaded (1)")
+    if join:
+        g.add_argument("--ray-address", default=None,
+                       help="join this Ray cluster (default: start a local one)")
+
+
+def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig]:
+    """The fill and engine settings the flags give; the other values checked (ValueError)."""
+    fill = resolve_fill_config(overrides={
+        "fill": args.fill, "max_span": args.fill_max_span,
+        "append_chunk_size": args.fill_append_chunk_size, "k": args.fill_k,
+        "candidates": args.fill_candidates, "index_max": args.fill_index_max,
+        "trace": args.fill_trace, "grammar": args.grammar,
+    }, default_mode=SERVER_DEFAULT_FILL)
+    engine = resolve_engine_config(overrides={
+        "backend": args.backend, "dtype": args.dtype, "device": args.device,
+        "threads": args.threads, "context": args.context,
+    })
+    check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
+    return fill, engine
+
+
+def wants_replicas(args: argparse.Namespace) -> bool:
+    """Whether any scale-out flag was given (`ffwd serve` then runs on Ray Serve)."""
+    given = [getattr(args, k) for k in (*SCALE_FLAGS, "ray_address") if hasattr(args, k)]
+    return any(v is not None for v in given)
+
+
+def deploy_spec(args: argparse.Namespace, fill: FillConfig, engine: EngineConfig) -> Any:
+    """The `ffwd.deploy.spec.DeploySpec` the flags describe."""
+    from ffwd.deploy.spec import DeploySpec
+
+    return DeploySpec(
+        args.model, fill, engine, resolve_scale_config({k: getattr(args, k) for k in SCALE_FLAGS}),
+        args.tool_format, args.prompt_cache_bytes, args.api_key, args.max_queue,
+        args.max_body_bytes, args.host, args.port,
+    )

@@ -1,0 +1,96 @@
+"""``ffwd bench``: every system on the same prompts, interleaved, then a report.
+
+    ffwd bench [--workload tools|echo|prose|all] [--limit N] [--systems LIST]
+               [--model default|PATH] [--backend auto|llamacpp|transformers]
+               [--repeats R] [--threads T] [--out DIR] [--json] [--quick]
+
+The ffwd systems are requests to ``ffwd serve`` processes, ``llama-server``
+to llama.cpp's own server, both over loopback HTTP (`ffwd.bench.systems`);
+all use the same thread count and the prompt ids this process renders with
+the service (`ffwd.bench.run`). Writes ``DIR/results.json``, ``DIR/report.md``
+and ``DIR/speedup.png``; ``--json`` also prints the results to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ffwd.bench import report
+from ffwd.bench.run import run_bench
+from ffwd.bench.systems import ALL_SYSTEMS, ENGINES, EXTRA_SYSTEMS, FFWD_SYSTEMS, split_name
+from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
+
+DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
+DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
+    parser.add_argument("--limit", type=int, default=None,
+                        help=f"entries per BFCL category, edits and re-quotes, prose questions "
+                             f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
+    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
+                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
+                        + " (an ffwd system may name its engine: ffwd-off:transformers)")
+    parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
+    parser.add_argument("--backend", default="auto",
+                        help="engine of the ffwd systems: auto|llamacpp|transformers")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help=f"runs of every item and system (default {DEFAULT_REPEATS}; "
+                             f"--quick {QUICK_REPEATS})")
+    parser.add_argument("--out", default="ffwd-bench", help="output directory")
+    parser.add_argument("--bfcl", action="append", default=None, metavar="CATEGORY",
+                        help=f"BFCL category for tools (repeatable; default "
+                             f"{' + '.join(DEFAULT_BFCL)})")
+    parser.add_argument("--seed", type=int, default=0, help="echo and prose selection")
+    parser.add_argument("--dtype", default="float32",
+                        help="transformers: float32 (default: greedy identity is exact), "
+                             "bfloat16 or auto")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads of every system (0: torch's default)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small slice with short outputs (a few minutes)")
+    parser.add_argument("--json", action="store_true", help="print results.json to stdout")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        names = _system_names(args.systems)
+        limit = args.limit or (QUICK_LIMIT if args.quick else DEFAULT_LIMIT)
+        repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
+        if limit < 1 or repeats < 1:
+            raise ValueError("--limit and --repeats must be at least 1")
+    except ValueError as exc:
+        print(f"ffwd bench: {exc}", file=sys.stderr)
+        return 2
+    results = run_bench(args, names, limit, repeats)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    (out / "report.md").write_text(report.render_markdown(results))
+    report.plot(results["summary"], results["speedups"], out / "speedup.png")
+    if args.json:
+        print(json.dumps(results, ensure_ascii=False))
+    else:
+        print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'speedup.png'}",
+              file=sys.stderr)
+    return 0
+
+
+def _system_names(raw: str) -> list[str]:
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    unknown = [n for n in names if not _known(n)]
+    if unknown or not names:
+        known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
+        raise ValueError(f"--systems {raw!r}: expected some of {known}")
+    return list(dict.fromkeys(names))
+
+
+def _known(name: str) -> bool:
+    base, engine = split_name(name)
+    served = (*FFWD_SYSTEMS, *EXTRA_SYSTEMS)
+    return base in (*ALL_SYSTEMS, *EXTRA_SYSTEMS) and (
+        engine is None or (base in served and engine in ENGINES))

@@ -1,0 +1,87 @@
+"""`ffwd serve`: load a model and serve the API with uvicorn (or on Ray Serve replicas)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ffwd.cli.args import (
+    add_scale_arguments,
+    add_service_arguments,
+    deploy_spec,
+    resolve_settings,
+    wants_replicas,
+)
+from ffwd.config import EngineConfig, FillConfig
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_service_arguments(p)
+    add_scale_arguments(p, join=True)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        fill, engine = resolve_settings(args)
+        if fill.trace_path:
+            _check_trace_file(fill.trace_path)
+        spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
+        from ffwd.models import resolve_model
+
+        # Fail fast on a model this machine cannot load (a joined cluster's nodes may).
+        ref = resolve_model(args.model) if spec is None or args.ray_address is None else None
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"ffwd serve: {exc}", file=sys.stderr)
+        return 2
+    # Our own log lines (a failed generation's traceback above all) go to stderr.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    if spec is not None:
+        from ffwd.deploy.run import serve_replicas
+
+        return serve_replicas(spec, args.ray_address)
+    assert ref is not None
+    return _serve_here(args, ref.name, fill, engine)
+
+
+def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
+                engine: EngineConfig) -> int:
+    import uvicorn
+    from tqdm import tqdm
+
+    from ffwd.engine.promise import loaded_promise
+    from ffwd.serve.app import create_app
+    from ffwd.serve.service import load_service
+
+    with tqdm(total=3, desc=f"loading {name}", unit="step", file=sys.stderr) as bar:
+        try:
+            service = load_service(
+                args.model, engine, fill, tool_format=args.tool_format,
+                prompt_cache_bytes=args.prompt_cache_bytes, on_step=lambda step: bar.update(),
+            )
+        except ValueError as exc:  # no engine for this model here, or a foreign tokenizer
+            print(f"ffwd serve: {exc}", file=sys.stderr)
+            return 2
+    app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
+                     max_body_bytes=args.max_body_bytes)
+    backend = service.backend
+    print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
+    if backend.cost is not None:
+        print(f"forward cost: {backend.cost.describe()}", file=sys.stderr)
+    print(
+        f"ffwd serving {name} on {backend.engine} ({service.format_name} tools, fill "
+        f"{service.fill.mode}) at http://{args.host}:{args.port}/v1",
+        file=sys.stderr, flush=True,
+    )
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def _check_trace_file(path: str) -> None:
+    """Fail at start, not on every request, when the trace file cannot be appended to."""
+    from ffwd.fill import TraceWriter
+
+    try:
+        TraceWriter(path).close()
+    except OSError as exc:
+        raise ValueError(f"FFWD_FILL_TRACE={path!r}: cannot append to it ({exc})") from None

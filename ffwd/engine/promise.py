@@ -1,0 +1,43 @@
+"""What greedy determinism a configuration promises: the same greedy request gives the
+same answer with fill on or off and with a cold or a warm prompt cache exactly where a
+forward's rows do not depend on how many ids it carries.
+
+`greedy_promise(engine, device, dtype, threads)` answers for a configuration
+(`ffwd info`, before any weights load); `loaded_promise(backend)` for a loaded
+backend (the server's start-up banner).
+"""
+
+from __future__ import annotations
+
+from ffwd.engine.backend import Backend
+
+
+def greedy_promise(engine: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
+    """Whether greedy output is independent of how ids are batched into forwards, and why.
+
+    >>> greedy_promise("transformers", "cpu", "float32")[0]
+    True
+    >>> greedy_promise("transformers", "cpu", "bfloat16")[1][:3]
+    'no:'
+    """
+    if engine in ("llamacpp", "llama.cpp"):
+        if threads == 1:
+            return True, ("yes: llama.cpp on one thread; greedy output is the same with fill on "
+                          "or off and with a cold or a warm prompt cache")
+        return False, ("no: past 256 ids of context llama.cpp splits a one-id forward's "
+                       "attention across threads and rounds it differently from a batched "
+                       "forward, so greedy output can change with fill on/off and with the "
+                       "prompt-cache state (exact with --threads 1, or below 256 ids)")
+    if engine == "transformers" and device == "cpu" and dtype == "float32":
+        return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "
+                      "with a cold or a warm prompt cache")
+    why = ("reduced precision rounds differently for different batch shapes"
+           if dtype != "float32" else "GPU kernels are chosen by batch shape")
+    return False, (f"no: {why}, so greedy output can change with fill on/off and with the "
+                   "prompt-cache state (use --dtype float32 on CPU for identical output)")
+
+
+def loaded_promise(backend: Backend) -> tuple[bool, str]:
+    """`greedy_promise` for a loaded backend (what `ffwd serve` prints at start)."""
+    return greedy_promise(backend.engine, backend.device.type, backend.dtype_name,
+                          backend.threads)

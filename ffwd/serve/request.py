@@ -1,0 +1,52 @@
+"""One generation request, whatever API it came in through.
+
+Each dialect module (`ffwd.serve.dialects`) validates its own request body and
+translates it into a `GenerationRequest`; `ModelService.prepare` turns that
+into prompt ids, a fill plan and a grammar, and the run's events go back to
+the dialect to be written in its wire format. Nothing here is specific to one
+API, except `params`: how the dialect spells each field, so that an error
+names the field the client sent (``input`` for the Responses API's messages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ffwd.engine.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What to generate (see the module docstring).
+
+    `messages` are as the chat template reads them (content a string, assistant
+    `tool_calls` in OpenAI's shape); `tools` are OpenAI function tools and
+    `tool_choice` is ``auto``, ``none``, ``required`` or
+    ``{"type": "function", "function": {"name": ...}}``. `response_format` is
+    OpenAI's (``json_object`` or ``json_schema``). `fill` holds the request's
+    own ``ffwd`` settings, checked by `ffwd.config.FillConfig.for_request`.
+    `logprobs` is the number of alternatives per token (0: the token's own
+    only; None: no log-probabilities).
+    """
+
+    id: str
+    kind: Literal["chat", "text"]
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    prompt: str = ""
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "none"
+    parallel_tool_calls: bool = True
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    response_format: dict[str, Any] | None = None
+    fill: dict[str, Any] | None = None
+    logprobs: int | None = None
+    stream: bool = False
+    params: Mapping[str, str] = field(default_factory=dict)
+
+    def param(self, name: str) -> str:
+        """The dialect's own name for a field (``messages`` -> ``input``, ...)."""
+        return self.params.get(name, name)
