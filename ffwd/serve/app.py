@@ -27,6 +27,7 @@ from ffwd.serve.execute import Executor, LocalExecutor, Service
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.middleware import Guard
 from ffwd.serve.openapi import GET_RESPONSES, METRICS_RESPONSE, POST_RESPONSES, install_openapi
+from ffwd.serve.playground import install_playground
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -56,6 +57,7 @@ def create_app(
     _error_handlers(app)
     _info_routes(app, executor, metrics)
     _openai_routes(app, executor, metrics, max_body_bytes)
+    install_playground(app)
     metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
     install_openapi(app, {"/v1/chat/completions": ChatCompletionRequest,
                           "/v1/completions": CompletionRequest}, [executor.model_id, "default"])
