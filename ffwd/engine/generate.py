@@ -60,6 +60,7 @@ class GenerationResult:
     calls: list[ToolCall] = field(default_factory=list)
     tail: tuple[Delta, ...] = ()
     stop_sequence: str | None = None
+    dropped_calls: int = 0  # calls that repeated an earlier one (dropped; the run stopped)
     fill: str = "off"  # the fill mode that ran
     grammar: bool = False  # whether a grammar constrained the output
     replica: str | None = None  # the replica that ran it (scale-out)
@@ -91,6 +92,7 @@ class GenerationResult:
         block = {
             "fill": self.fill, "grammar": self.grammar, "stats": self.stats.as_dict(),
             "forward_calls": self.forward_calls, "injected_by_origin": injected,
+            "dropped_calls": self.dropped_calls,
             "seconds": round(self.seconds, 4), "prefill_seconds": round(self.prefill_seconds, 4),
         }
         return block if self.replica is None else {**block, "replica": self.replica}
@@ -158,10 +160,7 @@ def stream_generate(
     cached = backend.prefill(list(prompt_ids))
     t_prefill = time.perf_counter() - t0
     out = OutputText(tokenizer, stop, parser, max_calls)
-    session = open_session(
-        plan, prompt_ids, fill, backend.eos_ids, decode=lambda ids: decode_ids(tokenizer, ids),
-        strict_context=_gate(rules, out),
-        grammar=constraint if isinstance(constraint, ConstrainingSource) else None)
+    session = _session(plan, prompt_ids, fill, backend.eos_ids, tokenizer, rules, out, constraint)
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
     steps = generate_step(
         backend, make_sampler(params, prompt_ids, constraint), max_tokens=max_tokens,
@@ -181,7 +180,8 @@ def stream_generate(
         forward_calls=backend.forward_calls - calls0, prompt_tokens=len(prompt_ids),
         cached_tokens=cached, seconds=time.perf_counter() - t0, prefill_seconds=t_prefill,
         content=out.content, calls=out.calls, tail=tail, stop_sequence=out.stop_sequence,
-        fill=fill.mode if session is not None else "off", grammar=constraint is not None,
+        dropped_calls=out.repeats.dropped, fill=fill.mode if session is not None else "off",
+        grammar=constraint is not None,
     )
 
 
@@ -210,15 +210,23 @@ def _events(
             trace.close()
 
 
-def _gate(
-    rules: Mapping[FillRow, Sequence[Rule]] | None, out: OutputText
-) -> ToolCallContext | None:
-    """The template rows' gate: their rules, on the parser that reads the reply."""
-    if not rules:
-        return None
-    if out.parser is None:
+def _session(
+    plan: FillPlan | None, prompt_ids: Sequence[int], fill: FillConfig, eos_ids: frozenset[int],
+    tokenizer: Any, rules: Mapping[FillRow, Sequence[Rule]] | None, out: OutputText,
+    constraint: TokenConstraint | None,
+) -> FillSession | None:
+    """`open_session`, its rows gated on the parser that reads the reply (`out`), which
+    tells the session when markup fails to parse (then the rows disarm)."""
+    if rules and out.parser is None:
         raise ValueError("template rows need the parser that gates them")
-    return ToolCallContext(rules, out.parser, lambda: out.ready)
+    gate = ToolCallContext(rules, out.parser, lambda: out.ready) if rules and out.parser else None
+    session = open_session(
+        plan, prompt_ids, fill, eos_ids, decode=lambda ids: decode_ids(tokenizer, ids),
+        strict_context=gate,
+        grammar=constraint if isinstance(constraint, ConstrainingSource) else None)
+    if session is not None:
+        out.on_parse_failure = session.note_parse_failure
+    return session
 
 
 def _stopped(out: OutputText, cancelled: Callable[[], bool] | None) -> FinishReason | None:

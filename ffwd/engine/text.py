@@ -5,20 +5,22 @@ returns it with its text filled in: the id's own text and bytes, the output
 text it released, and that text parsed into content and tool-call deltas by
 the request's one parser (the same parser gates the template rows, see
 `ToolCallContext`). It also decides the text-level stops: a stop string (the
-text ends before it), and the calls a request may make (``parallel_tool_calls:
-false`` ends the generation after the first). The reply is the join of the
-deltas it sent, so a streamed reply and a whole one are the same by
+text ends before it), the calls a request may make (``parallel_tool_calls:
+false`` ends the generation after the first), and a call that repeats an
+earlier one (dropped, `ffwd.templates.formats.repeats`). The reply is the join
+of the deltas it sent, so a streamed reply and a whole one are the same by
 construction.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from ffwd.engine.events import TokenEvent
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolParser
+from ffwd.templates.formats.repeats import RepeatFilter
 from ffwd.templates.text import Detokenizer, TokenText
 
 
@@ -66,10 +68,13 @@ class OutputText:
         stop: Sequence[str] = (),
         parser: ToolParser | None = None,
         max_calls: int | None = None,
+        on_parse_failure: Callable[[], None] | None = None,
     ) -> None:
         self.parser = parser
         self.max_calls = max_calls
+        self.on_parse_failure = on_parse_failure  # markup that did not parse (grammar off)
         self.stop_sequence: str | None = None  # the stop string that ended the text
+        self.repeats = RepeatFilter()
         self._detok = Detokenizer(tokenizer)
         self._stops = StopMatcher(stop)
         self._tokens = TokenText(tokenizer)
@@ -102,8 +107,10 @@ class OutputText:
 
     @property
     def calls_done(self) -> bool:
-        """The request's calls are all made (``parallel_tool_calls: false``: one)."""
-        return self.max_calls is not None and self.complete_calls >= self.max_calls
+        """No more calls may follow: the request's are all made (``parallel_tool_calls:
+        false``: one), or the last repeated an earlier one."""
+        made = self.max_calls is not None and self.complete_calls >= self.max_calls
+        return made or self.repeats.repeated
 
     def feed(self, event: TokenEvent) -> TokenEvent:
         """`event` with its token text, released text and deltas."""
@@ -125,7 +132,8 @@ class OutputText:
                 tail += self._stops.flush()
         deltas = self._read(tail)
         if self.parser is not None:
-            deltas += self._join(self.parser.finish(cut))
+            deltas += self._parse(lambda parser: parser.finish(cut))
+            deltas += self._join(self.repeats.release())  # a cut call, as it was written
         return deltas
 
     def _read(self, text: str) -> tuple[Delta, ...]:
@@ -134,7 +142,16 @@ class OutputText:
         self._text.append(text)
         if self.parser is None:
             return self._join([ContentDelta(text)])
-        return self._join(self.parser.feed(text))
+        return self._parse(lambda parser: parser.feed(text))
+
+    def _parse(self, step: Callable[[ToolParser], list[Delta]]) -> tuple[Delta, ...]:
+        """The deltas of one parser `step`, without repeated calls; a parse failure told."""
+        assert self.parser is not None
+        calls, failures = len(self.parser.calls), self.parser.failures
+        deltas = self.repeats.feed(step(self.parser), len(self.parser.calls) - calls)
+        if self.parser.failures > failures and self.on_parse_failure is not None:
+            self.on_parse_failure()
+        return self._join(deltas)
 
     def _join(self, deltas: Sequence[Delta]) -> tuple[Delta, ...]:
         for d in deltas:

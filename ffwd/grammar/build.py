@@ -16,8 +16,10 @@ schema order: llguidance fixes properties to the order the schema lists
 them). XML (qwen_xml) writes each parameter as the template does, value by
 value: enums and consts as rendered, numbers, arrays and objects as JSON,
 booleans as ``True``/``False``, anything else as raw text up to
-``\\n</parameter>``. A tool with ``"strict": true`` gets a closed schema (no
-properties it does not list).
+``\\n</parameter>``. Tool arguments are closed: an object schema that does not
+say ``additionalProperties`` admits only its ``properties`` (``true`` or a
+schema re-opens it). ``response_format`` follows JSON Schema as written (open
+objects), unless ``strict`` closes it.
 """
 
 from __future__ import annotations
@@ -99,9 +101,9 @@ def _calls(
     names, lines, needs_text = [], [], False
     for i, tool in enumerate(tools):
         fn = tool["function"]
-        params = fn.get("parameters") or {"type": "object", "properties": {}}
-        if fn.get("strict") is True:
-            params = strict_schema(params)
+        # Closed arguments: an object that does not say `additionalProperties` takes only
+        # its `properties` (as llama.cpp's server grammars do); saying it re-opens it.
+        params = strict_schema(fn.get("parameters") or {"type": "object", "properties": {}})
         if skeleton.json_args:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)

@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic.json_schema import JsonDict
 
-from ffwd.config import FillMode
+from ffwd.config import REQUEST_FILL_TYPES, FillMode
 from ffwd.serve.errors import bad_request
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -198,11 +198,7 @@ class ResponseFormat(_Model):
 
 
 class FfwdSettings(BaseModel):
-    """Per-request fill settings (the server's FFWD_FILL* defaults apply to what is left out).
-
-    Ranges are checked by `ffwd.config.FillConfig.for_request`. ``trace`` only
-    switches the server's own tracing off (or on, when the operator configured it).
-    """
+    """The request's ``ffwd`` object: fill overrides and, apart from them, ``tokens``."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -214,6 +210,7 @@ class FfwdSettings(BaseModel):
     index_max: Int | None = None
     trace: bool | None = None
     grammar: bool | None = None
+    tokens: bool | None = None  # list each token's id and origin: not a fill setting
 
     @field_validator("trace", mode="before")
     @classmethod
@@ -222,6 +219,9 @@ class FfwdSettings(BaseModel):
             raise ValueError("expected true or false: a request cannot choose a trace file "
                              "(the destination is the server's FFWD_FILL_TRACE)")
         return v
+
+    def fill_overrides(self) -> dict[str, Any]:  # for FillConfig.for_request: never tokens
+        return self.model_dump(include=set(REQUEST_FILL_TYPES), exclude_none=True)
 
 
 class SamplingFields(_Model):

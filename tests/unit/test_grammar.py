@@ -136,12 +136,28 @@ def test_a_call_after_content_is_constrained_too(fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["hermes", "qwen_xml"])
-def test_strict_functions_refuse_properties_they_do_not_list(fmt: str) -> None:
+def test_tool_arguments_are_closed_unless_the_schema_opens_them(fmt: str) -> None:
+    extra = ("get_time", {"tz": "UTC", "locale": "en"})
     strict = json.loads(json.dumps(TIME))
     strict["function"]["strict"] = True
-    extra = ("get_time", {"tz": "UTC", "locale": "en"})
-    assert accepts(fmt, turn_ids(fmt, [TIME], [extra]), tools=[TIME])
+    assert not accepts(fmt, turn_ids(fmt, [TIME], [extra]), tools=[TIME])
     assert not accepts(fmt, turn_ids(fmt, [strict], [extra]), tools=[strict])
+    # The schema's own words are not keys either (a small model's favourite mistake).
+    words = ("get_time", {"tz": "UTC", "type": "string"})
+    assert not accepts(fmt, turn_ids(fmt, [TIME], [words]), tools=[TIME])
+    opened = json.loads(json.dumps(TIME))
+    opened["function"]["parameters"]["additionalProperties"] = True
+    assert accepts(fmt, turn_ids(fmt, [opened], [extra]), tools=[opened])
+    typed = json.loads(json.dumps(TIME))
+    typed["function"]["parameters"]["additionalProperties"] = {"type": "integer"}
+    assert not accepts(fmt, turn_ids(fmt, [typed], [extra]), tools=[typed])
+    assert accepts(fmt, turn_ids(fmt, [typed], [("get_time", {"tz": "UTC", "n": 3})]),
+                   tools=[typed])
+    nested = {"type": "function", "function": {"name": "book", "parameters": {
+        "type": "object", "properties": {"who": {"type": "object", "properties": {
+            "name": STR}}}}}}
+    inner = ("book", {"who": {"name": "Ada", "age": 36}})
+    assert not accepts(fmt, turn_ids(fmt, [nested], [inner]), tools=[nested])
 
 
 def test_a_schema_llguidance_cannot_compile_names_the_tool() -> None:
@@ -162,6 +178,10 @@ def test_response_format_json_schema_is_constrained() -> None:
     assert constraint.admit(text_ids('{"n": "3"}')) < len(text_ids('{"n": "3"}'))
     plain = grammars("hermes").for_request([], "none", response_format={"type": "json_object"})
     assert plain is not None and plain.admit(text_ids("hello")) == 0
+    # JSON Schema as written: an object that does not close itself takes other keys.
+    extra = text_ids('{"n": 3, "m": 4}')
+    open_ = grammars("hermes").for_request([], "none", response_format=rf)
+    assert open_ is not None and open_.admit(extra) == len(extra)
 
 
 @pytest.mark.parametrize("rf", [{"type": "yaml"}, {"type": "json_schema"}, "json", {}])

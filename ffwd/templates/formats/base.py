@@ -76,6 +76,7 @@ class ParseState:
 
 class ToolParser(Protocol):
     calls: list[ToolCall]
+    failures: int  # markup that did not parse so far (its text came back as content)
 
     def feed(self, text: str) -> list[Delta]: ...
 

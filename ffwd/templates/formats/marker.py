@@ -26,6 +26,7 @@ class MarkerParser:
 
     def __init__(self) -> None:
         self.calls: list[ToolCall] = []
+        self.failures = 0  # markup that did not parse (handed back as content)
         self._out: list[Delta] = []
         self._mode = "content"
         self._held = ""  # content that may start the marker
@@ -48,12 +49,14 @@ class MarkerParser:
         call stays as its deltas sent it, and neither its markup nor a partial
         marker is returned as content."""
         self._out = []
-        if self._mode != "content":
-            if cut and not self._call_complete():
+        if self._mode != "content" and cut:
+            if self._call_complete():
+                self._close_wrapper()  # a partial closing tag is no content either
+            else:
                 self._reset_call()
                 self._mode = "content"
-            else:
-                self._finish_markup()
+        elif self._mode != "content":
+            self._finish_markup()
         if not cut:
             self._emit(self._held)
         self._held = ""
@@ -98,6 +101,7 @@ class MarkerParser:
 
     def _fail(self, c: str = "") -> None:
         """Markup that does not parse: hand its raw text back as content."""
+        self.failures += 1
         raw = "".join(self._raw) + c
         self._reset_call()
         self._mode = "content"

@@ -1,0 +1,95 @@
+"""The text layer without a model: a reply is the join of the deltas it streamed,
+a repeated call is held back and dropped, and markup that fails to parse after a
+strict row fired disarms the rows."""
+
+from __future__ import annotations
+
+import json
+
+from _tokenizers import tokenizer
+
+from ffwd.engine.events import TokenEvent
+from ffwd.engine.text import OutputText
+from ffwd.fill import FillPlan, FillRow, FillSession, Proposal
+from ffwd.templates.formats import get_format
+from ffwd.templates.formats.base import ContentDelta, ToolCallDelta
+from ffwd.templates.formats.repeats import RepeatFilter
+
+
+def call(index: int, name: str | None = None, arguments: str = "") -> ToolCallDelta:
+    return ToolCallDelta(index, name, arguments)
+
+
+def test_worked_example_from_the_docstring() -> None:
+    f = RepeatFilter()
+    first = f.feed([call(0, "f"), call(0, arguments='{"a": 1}')], completed=1)
+    assert [d.arguments for d in first if isinstance(d, ToolCallDelta)] == ["", '{"a": 1}']
+    assert f.feed([call(1, "f"), call(1, arguments='{"a":')]) == []  # may repeat: held
+    assert f.feed([call(1, arguments=" 1}")], completed=1) == []  # it did: dropped
+    assert f.repeated and f.dropped == 1 and f.made == [("f", '{"a": 1}')]
+
+
+def test_a_call_that_differs_goes_out_whole_and_late() -> None:
+    f = RepeatFilter()
+    f.feed([call(0, "f"), call(0, arguments='{"a": 1}')], completed=1)
+    assert f.feed([call(1, "f"), call(1, arguments='{"a": ')]) == []
+    out = f.feed([call(1, arguments="2}")], completed=1)
+    assert out == [call(1, "f"), call(1, arguments='{"a": '), call(1, arguments="2}")]
+    assert not f.repeated and len(f.made) == 2
+    # Another name never waits; content releases whatever is held.
+    assert f.feed([call(2, "g")]) == [call(2, "g")]
+    assert f.feed([call(3, "f"), ContentDelta("x")]) == [call(3, "f"), ContentDelta("x")]
+
+
+def events(text: str) -> list[TokenEvent]:
+    return [TokenEvent(i, "sampled") for i in tokenizer("default").encode(text)]
+
+
+def run(text: str, **kw: object) -> tuple[OutputText, list[TokenEvent]]:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    out = OutputText(tokenizer("default"), parser=get_format("hermes").new_parser(tools),
+                     **kw)  # type: ignore[arg-type]
+    sent = []
+    for e in events(text):
+        sent.append(out.feed(e))
+        if out.calls_done:
+            break
+    return out, sent
+
+
+def joined(sent: list[TokenEvent], out: OutputText, cut: bool) -> tuple[str, list[list[str]]]:
+    content, calls = "", {}
+    for d in [x for e in sent for x in e.deltas] + list(out.finish(cut)):
+        if isinstance(d, ContentDelta):
+            content += d.text
+        else:
+            calls.setdefault(d.index, [d.name or "", ""])[1] += d.arguments
+    return content, list(calls.values())
+
+
+def test_a_repeated_call_is_dropped_and_the_reply_is_what_was_streamed() -> None:
+    one = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
+    out, sent = run(f"{one}\n{one}\n<tool_call>\n")
+    assert out.calls_done and out.repeats.dropped == 1
+    content, calls = joined(sent, out, cut=True)
+    assert calls == [["f", '{"a": 1}']] and content == ""
+    assert [(c.name, json.loads(c.arguments)) for c in out.calls] == [("f", {"a": 1})]
+
+
+def test_a_cut_call_is_returned_as_far_as_it_was_written() -> None:
+    out, sent = run('<tool_call>\n{"name": "f", "arguments": {"a": 1, "b"')
+    content, calls = joined(sent, out, cut=True)
+    assert calls == [["f", '{"a": 1, "b"']] and content == ""
+    assert [(c.name, c.arguments) for c in out.calls] == [("f", '{"a": 1, "b"')]
+
+
+def test_markup_that_fails_to_parse_disarms_the_strict_rows() -> None:
+    row = FillRow((1,), (2, 3), "scaffold")
+    session = FillSession(FillPlan(rows=(row,)), [0])
+    proposal = session.push(1)
+    assert isinstance(proposal, Proposal)
+    session.commit(proposal, 2)  # a strict row fired
+    bad = '<tool_call>\n{"name": "f", "arguments": ]'
+    out, _ = run(bad, on_parse_failure=session.note_parse_failure)
+    assert out.parser is not None and out.parser.failures == 1
+    assert not session.strict_enabled and session.stats.parse_fallback == 1
