@@ -176,6 +176,38 @@ SERVER_DEFAULT_FILL: FillMode = "echo"
 DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
 DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
 DEFAULT_PROMPT_CACHE_BYTES = 1 << 30  # KV states of other conversations kept, LRU
+#     FFWD_DEFAULT_MAX_TOKENS  output ids when a request names no limit     1024
+#     FFWD_MAX_TOKENS_LIMIT    the most output ids a request may ask for     4096
+# One request holds the only worker while it decodes: ~90 ids/s here, so the
+# limit bounds a request to under a minute unless the operator allows more.
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLimits:
+    """How many ids one request may generate: `default` when it names no limit, and at
+    most `limit` (a request over it is a 400 that names it)."""
+
+    default: int = 1024
+    limit: int = 4096
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default <= self.limit:
+            raise ValueError(f"--default-max-tokens {self.default}: expected an integer from "
+                             f"1 to --max-tokens-limit ({self.limit})")
+
+
+_TOKEN_LIMITS: dict[str, tuple[str, Parser]] = {
+    "default": ("FFWD_DEFAULT_MAX_TOKENS", int_in("FFWD_DEFAULT_MAX_TOKENS", 1, 1 << 24)),
+    "limit": ("FFWD_MAX_TOKENS_LIMIT", int_in("FFWD_MAX_TOKENS_LIMIT", 1, 1 << 24)),
+}
+
+
+def resolve_token_limits(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+) -> TokenLimits:
+    """The output limits from the environment (or `env`), then non-None `overrides`."""
+    env = os.environ if env is None else env
+    return TokenLimits(**parse_settings("token limit", _TOKEN_LIMITS, env, overrides))
 
 
 def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_bytes: int) -> None:

@@ -20,10 +20,12 @@ from ffwd.config import (
     SERVER_DEFAULT_FILL,
     EngineConfig,
     FillConfig,
+    TokenLimits,
     check_limits,
     resolve_engine_config,
     resolve_fill_config,
     resolve_scale_config,
+    resolve_token_limits,
 )
 
 SCALE_FLAGS = ("replicas", "min_replicas", "max_replicas", "target_ongoing", "max_ongoing",
@@ -49,6 +51,13 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default: {DEFAULT_PROMPT_CACHE_BYTES})")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
+    limits = TokenLimits()
+    p.add_argument("--default-max-tokens", default=None,
+                   help="output tokens of a request that names no max_tokens "
+                   f"(FFWD_DEFAULT_MAX_TOKENS; default: {limits.default})")
+    p.add_argument("--max-tokens-limit", default=None,
+                   help="the most output tokens a request may ask for; more is a 400 "
+                   f"(FFWD_MAX_TOKENS_LIMIT; default: {limits.limit})")
     _engine_arguments(p)
     _fill_arguments(p)
 
@@ -117,6 +126,12 @@ def add_scale_arguments(p: argparse.ArgumentParser, *, join: bool) -> None:
                        help="join this Ray cluster (default: start a local one)")
 
 
+def resolve_limits(args: argparse.Namespace) -> TokenLimits:
+    """The output limits per request the flags (and the environment) give."""
+    return resolve_token_limits(overrides={
+        "default": args.default_max_tokens, "limit": args.max_tokens_limit})
+
+
 def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig]:
     """The fill and engine settings the flags give; the other values checked (ValueError)."""
     fill = resolve_fill_config(overrides={
@@ -146,5 +161,5 @@ def deploy_spec(args: argparse.Namespace, fill: FillConfig, engine: EngineConfig
     return DeploySpec(
         args.model, fill, engine, resolve_scale_config({k: getattr(args, k) for k in SCALE_FLAGS}),
         args.tool_format, args.prompt_cache_bytes, args.api_key, args.max_queue,
-        args.max_body_bytes, args.host, args.port,
+        args.max_body_bytes, args.host, args.port, resolve_limits(args),
     )

@@ -10,10 +10,11 @@ from ffwd.cli.args import (
     add_scale_arguments,
     add_service_arguments,
     deploy_spec,
+    resolve_limits,
     resolve_settings,
     wants_replicas,
 )
-from ffwd.config import EngineConfig, FillConfig
+from ffwd.config import EngineConfig, FillConfig, TokenLimits
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         fill, engine = resolve_settings(args)
+        limits = resolve_limits(args)
         if fill.trace_path:
             _check_trace_file(fill.trace_path)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
@@ -41,11 +43,11 @@ def main(args: argparse.Namespace) -> int:
 
         return serve_replicas(spec, args.ray_address)
     assert ref is not None
-    return _serve_here(args, ref.name, fill, engine)
+    return _serve_here(args, ref.name, fill, engine, limits)
 
 
 def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
-                engine: EngineConfig) -> int:
+                engine: EngineConfig, limits: TokenLimits) -> int:
     import uvicorn
     from tqdm import tqdm
 
@@ -57,7 +59,8 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
         try:
             service = load_service(
                 args.model, engine, fill, tool_format=args.tool_format,
-                prompt_cache_bytes=args.prompt_cache_bytes, on_step=lambda step: bar.update(),
+                prompt_cache_bytes=args.prompt_cache_bytes, limits=limits,
+                on_step=lambda step: bar.update(),
             )
         except ValueError as exc:  # no engine for this model here, or a foreign tokenizer
             print(f"ffwd serve: {exc}", file=sys.stderr)

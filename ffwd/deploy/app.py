@@ -51,7 +51,7 @@ class ModelReplica:
     def __init__(self, spec: DeploySpec) -> None:
         service = load_service(
             spec.model, spec.replica_engine, spec.fill, tool_format=spec.tool_format,
-            prompt_cache_bytes=spec.prompt_cache_bytes,
+            prompt_cache_bytes=spec.prompt_cache_bytes, limits=spec.limits,
         )
         # Ray sends at most max_ongoing requests, so this line never overflows.
         self.executor = LocalExecutor(service, spec.scale.max_ongoing)

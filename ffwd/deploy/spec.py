@@ -22,10 +22,12 @@ from ffwd.config import (
     EngineConfig,
     FillConfig,
     ScaleConfig,
+    TokenLimits,
     check_limits,
     resolve_engine_config,
     resolve_fill_config,
     resolve_scale_config,
+    resolve_token_limits,
 )
 
 APP_NAME = "ffwd"
@@ -49,6 +51,7 @@ class DeploySpec:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     host: str = "127.0.0.1"
     port: int = 8000
+    limits: TokenLimits = field(default_factory=TokenLimits)
 
     def __post_init__(self) -> None:
         check_limits(self.max_queue, self.prompt_cache_bytes, self.port, self.max_body_bytes)
@@ -65,6 +68,7 @@ class DeploySpec:
         args: dict[str, Any] = {k: getattr(self, k) for k in _SERVICE_KEYS}
         args["fill"] = asdict(self.fill)
         args["engine"] = asdict(self.replica_engine)
+        args["limits"] = asdict(self.limits)
         if args["api_key"] is None:
             del args["api_key"]  # set it in the file, not on a command line, if needed
         return args
@@ -72,7 +76,7 @@ class DeploySpec:
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> DeploySpec:
         """A spec from a Serve config's `args`; unknown keys are an error naming them."""
-        known = {*_SERVICE_KEYS, "fill", "engine", "scale"}
+        known = {*_SERVICE_KEYS, "fill", "engine", "scale", "limits"}
         unknown = sorted(set(args) - known)
         if unknown:
             raise ValueError(f"unknown ffwd args {unknown}: expected {', '.join(sorted(known))}")
@@ -80,8 +84,9 @@ class DeploySpec:
                                    default_mode=SERVER_DEFAULT_FILL)
         engine = resolve_engine_config(env={}, overrides=_plain(args.get("engine")))
         scale = resolve_scale_config(_plain(args.get("scale")))
+        limits = resolve_token_limits(env={}, overrides=_plain(args.get("limits")))
         service = {k: args[k] for k in _SERVICE_KEYS if k in args}
-        return cls(fill=fill, engine=engine, scale=scale, **service)
+        return cls(fill=fill, engine=engine, scale=scale, limits=limits, **service)
 
     # --- Serve options ---------------------------------------------------------
     def model_options(self) -> dict[str, Any]:

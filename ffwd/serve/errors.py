@@ -1,8 +1,11 @@
-"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}`.
+"""Errors in each API's shape.
 
-Every error the server sends has this shape and a non-null ``code``; ``param``
-names the offending request field as the API spells it
-(``messages[0].content``, ``ffwd.k``), never a validator's internal path.
+OpenAI's routes answer `{"error": {"message", "type", "param", "code"}}`;
+Anthropic's (``/v1/messages`` and below) answer `{"type": "error", "error":
+{"type", "message", "param", "code"}}` with Anthropic's error types
+(`anthropic_body`). Every error has a non-null ``code``; ``param`` names the
+offending request field as the API spells it (``messages[0].content``,
+``ffwd.k``), never a validator's internal path.
 """
 
 from __future__ import annotations
@@ -44,6 +47,31 @@ class APIError(Exception):
                 "message": self.message, "type": self.type, "param": self.param, "code": self.code,
             }
         }
+
+
+ANTHROPIC_PREFIX = "/v1/messages"  # paths whose errors have Anthropic's shape
+# HTTP status -> Anthropic's error type (anything else: api_error).
+ANTHROPIC_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+    404: "not_found_error", 405: "invalid_request_error", 413: "request_too_large",
+    429: "rate_limit_error", 503: "overloaded_error", 529: "overloaded_error",
+}
+
+
+def is_anthropic_path(path: str) -> bool:
+    return path == ANTHROPIC_PREFIX or path.startswith(ANTHROPIC_PREFIX + "/")
+
+
+def anthropic_body(err: APIError) -> dict[str, Any]:
+    """`err` in Anthropic's shape (``param`` and ``code`` kept: they name the field)."""
+    kind = ANTHROPIC_TYPES.get(err.status, "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message,
+                                       "param": err.param, "code": err.code}}
+
+
+def error_body(err: APIError, path: str) -> dict[str, Any]:
+    """The body of `err` on `path`: Anthropic's shape on its routes, else OpenAI's."""
+    return anthropic_body(err) if is_anthropic_path(path) else err.body()
 
 
 def _rebuild(cls: type[APIError], args: tuple[Any, ...], state: dict[str, Any]) -> APIError:

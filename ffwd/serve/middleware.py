@@ -3,7 +3,9 @@
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
 client's disconnect from the handlers). It counts every response by its
 status as sent, unknown paths under one label, and turns an exception that
-escaped every handler into a counted 500 in the OpenAI error shape.
+escaped every handler into a counted 500. The key comes as ``Authorization:
+Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
+have the shape of the API the path belongs to (`errors.error_body`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,10 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from ffwd.serve.errors import APIError, server_error
+from ffwd.serve.errors import APIError, error_body, is_anthropic_path, server_error
 from ffwd.serve.metrics import Metrics
 
 Scope = MutableMapping[str, Any]
@@ -41,9 +43,12 @@ class Guard:
             return
         path = str(scope.get("path", ""))
         if self.key is not None and path not in OPEN_PATHS and not self._authorized(scope):
-            err = APIError(401, "invalid or missing API key: send 'Authorization: Bearer KEY'",
+            how = "'x-api-key: KEY'" if is_anthropic_path(path) else "'Authorization: Bearer KEY'"
+            err = APIError(401, f"invalid or missing API key: send {how}",
+                           type="authentication_error" if is_anthropic_path(path)
+                           else "invalid_request_error",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-            await send_error(send, err)
+            await send_error(send, err, path)
             self.metrics.count_request(path, 401)
             return
         status: list[int] = []
@@ -60,20 +65,31 @@ class Guard:
             if status:  # the response had begun (a stream): nothing more can be sent
                 self.metrics.stream_errors.labels(endpoint=self.metrics.endpoint(path)).inc()
                 return
-            await send_error(send, server_error(f"internal error: {type(exc).__name__}"))
+            await send_error(send, server_error(f"internal error: {type(exc).__name__}"), path)
             status.append(500)
         self.metrics.count_request(path, status[0] if status else 500)
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.key is not None
-        raw = dict(scope.get("headers") or ()).get(b"authorization", b"")
-        scheme, _, token = raw.partition(b" ")
-        # The scheme is case-insensitive (RFC 7235); the key is compared in constant time.
-        return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
+        token = presented_key(scope.get("headers") or ())
+        return token is not None and hmac.compare_digest(token, self.key)
 
 
-async def send_error(send: Send, err: APIError) -> None:
-    body = json.dumps(err.body()).encode()
+def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The API key a request presents: ``Authorization: Bearer KEY`` or ``x-api-key: KEY``.
+
+    The scheme is case-insensitive (RFC 7235); the guard compares the key in constant time.
+    """
+    found = dict(headers)
+    scheme, _, token = found.get(b"authorization", b"").partition(b" ")
+    if scheme.lower() == b"bearer" and token.strip():
+        return token.strip()
+    key = found.get(b"x-api-key", b"").strip()
+    return key or None
+
+
+async def send_error(send: Send, err: APIError, path: str = "") -> None:
+    body = json.dumps(error_body(err, path)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     headers += [(k.lower().encode(), v.encode()) for k, v in (err.headers or {}).items()]
     await send({"type": "http.response.start", "status": err.status, "headers": headers})

@@ -18,7 +18,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ffwd.config import DEFAULT_PROMPT_CACHE_BYTES, EngineConfig, FillConfig, SettingError
+from ffwd.config import (
+    DEFAULT_PROMPT_CACHE_BYTES,
+    EngineConfig,
+    FillConfig,
+    SettingError,
+    TokenLimits,
+)
 from ffwd.engine.backend import Backend
 from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult, stream_generate
@@ -63,8 +69,10 @@ class ModelService:
         tool_format: str | None = None,
         context_window: int | None = None,
         prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+        limits: TokenLimits | None = None,
     ) -> None:
         self.backend = backend
+        self.limits = limits or TokenLimits()
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.fill = fill
@@ -172,8 +180,17 @@ class ModelService:
         return ids
 
     def _max_tokens(self, req: GenerationRequest, prompt_len: int) -> int:
-        room = self.context_window - prompt_len
-        return min(req.max_tokens, room) if req.max_tokens else room
+        """The request's output limit (the server's default when it names none), at most
+        what the context has room for; over the server's limit it is a 400."""
+        limit = self.limits.limit
+        if req.max_tokens is not None and req.max_tokens > limit:
+            param = req.param("max_tokens")
+            raise bad_request(
+                f"{param}={req.max_tokens} is more than this server allows: at most {limit} "
+                "tokens per request (the operator sets it with --max-tokens-limit)",
+                param=param, code="max_tokens_too_large",
+            )
+        return min(req.max_tokens or self.limits.default, self.context_window - prompt_len)
 
     def _params(self, req: GenerationRequest) -> SamplingParams:
         vocab = self.backend.vocab_size
@@ -213,6 +230,7 @@ def load_service(
     *,
     tool_format: str | None = None,
     prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
+    limits: TokenLimits | None = None,
     on_step: Callable[[str], None] | None = None,
 ) -> ModelService:
     """Load `model` (a name `models.resolve_model` accepts) and wrap it in a ModelService.
@@ -231,7 +249,7 @@ def load_service(
     step("weights")
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,
-        prompt_cache_bytes=prompt_cache_bytes,
+        prompt_cache_bytes=prompt_cache_bytes, limits=limits,
     )
     step("service")
     # The loaded model is permanent: keep the collector from rescanning it in every

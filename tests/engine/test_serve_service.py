@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tiny_service import tiny_service, tokenizer
 
-from ffwd.config import FillConfig
+from ffwd.config import FillConfig, TokenLimits
 from ffwd.engine.generate import GenerationResult
 from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
@@ -102,3 +102,22 @@ def test_generate_renders_the_prompt_as_the_server_does() -> None:
     req = parse_chat({"messages": [{"role": "user", "content": "Name a color."}]})
     served = svc.prepare(req).prompt_ids
     assert encode_prompt(tokenizer(), "Name a color.") == served
+
+
+def test_every_request_has_a_bounded_output() -> None:
+    # No max_tokens (legal in both APIs) gets the server's default, not the whole context;
+    # asking for more than the server's limit is a 400 that names the field as sent.
+    svc = tiny_service(FillConfig(mode="off"), capped=False, limits=TokenLimits(5, 50))
+    with TestClient(create_app(svc)) as c:
+        r = c.post(URL, json={**ASK, "logit_bias": {str(tokenizer().eos_token_id): -100}})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+        assert r.json()["choices"][0]["finish_reason"] == "length"
+        assert c.post(URL, json={**ASK, "max_tokens": 50}).status_code == 200
+        for field in ("max_tokens", "max_completion_tokens"):
+            for stream in (False, True):
+                r = c.post(URL, json={**ASK, field: 51, "stream": stream})
+                err = r.json()["error"]
+                assert r.status_code == 400 and err["param"] == field, r.text
+                assert err["code"] == "max_tokens_too_large" and "50" in err["message"]
+        r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 10**6})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"

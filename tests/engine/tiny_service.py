@@ -9,7 +9,7 @@ from typing import Any
 
 from tiny_models import tiny_model
 
-from ffwd.config import FillConfig
+from ffwd.config import FillConfig, TokenLimits
 from ffwd.engine.hf import HFBackend
 from ffwd.models import load_tokenizer
 from ffwd.serve.request import GenerationRequest
@@ -32,9 +32,9 @@ class CappedService(ModelService):
 
 
 def tiny_service(fill: FillConfig | None = None, *, capped: bool = True,
-                 context: int = 2048) -> ModelService:
+                 context: int = 2048, limits: TokenLimits | None = None) -> ModelService:
     tok = tokenizer()
     model = tiny_model(vocab=len(tok), max_position_embeddings=context)
     backend = HFBackend(model, eos_ids=frozenset({tok.eos_token_id}), prefill_chunk=512)
     cls = CappedService if capped else ModelService
-    return cls(backend, tok, "tiny", fill or FillConfig(mode="echo"))
+    return cls(backend, tok, "tiny", fill or FillConfig(mode="echo"), limits=limits)

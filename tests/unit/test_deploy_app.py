@@ -16,7 +16,7 @@ from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import ServeDeploySchema
 from scripted import result, text
 
-from ffwd.config import resolve_scale_config
+from ffwd.config import TokenLimits, resolve_scale_config
 from ffwd.deploy.app import REPLICA_HEADER, Accepted, ModelReplica, RayExecutor
 from ffwd.deploy.config import render_config
 from ffwd.deploy.spec import ROUTER_CLASS, DeploySpec
@@ -46,7 +46,7 @@ def test_scale_settings_are_validated_by_flag_name() -> None:
 
 def test_config_file_is_a_valid_serve_config_and_round_trips() -> None:
     scale = resolve_scale_config({"replicas": "2", "max_replicas": "6", "replica_cpus": "2"})
-    spec = DeploySpec(scale=scale, host="0.0.0.0", max_queue=8)
+    spec = DeploySpec(scale=scale, host="0.0.0.0", max_queue=8, limits=TokenLimits(300, 900))
     doc = yaml.safe_load(render_config(spec))
     app = ServeDeploySchema.model_validate(doc).applications[0]
     model, ingress = app.deployments
@@ -57,6 +57,7 @@ def test_config_file_is_a_valid_serve_config_and_round_trips() -> None:
     back = DeploySpec.from_args(app.args)
     assert back.engine.threads == 2  # a replica's torch threads follow its CPUs
     assert (back.fill, back.max_queue, back.model) == (spec.fill, 8, "default")
+    assert back.limits == TokenLimits(300, 900)  # every replica bounds its requests alike
     with pytest.raises(ValueError, match="unknown ffwd args"):
         DeploySpec.from_args({"modle": "default"})
     with pytest.raises(ValueError, match="FFWD_FILL"):

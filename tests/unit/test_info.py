@@ -55,6 +55,19 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     assert "expected one of default" in capsys.readouterr().err
 
 
+def test_serve_help_states_every_limit_and_its_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        ffwd_main(["serve", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for flag, default in (("--default-max-tokens", 1024), ("--max-tokens-limit", 4096),
+                          ("--max-queue", 16), ("--max-body-bytes", 4 << 20)):
+        assert flag in text and f"default: {default})" in text, flag
+    assert ffwd_main(["serve", "--default-max-tokens", "9000", "--port", "1"]) == 2
+    assert "--default-max-tokens 9000" in capsys.readouterr().err
+
+
 def test_serve_refuses_a_trace_file_it_cannot_write(capsys: pytest.CaptureFixture[str]) -> None:
     assert ffwd_main(["serve", "--fill-trace", "/dev/null/sub/trace.jsonl"]) == 2
     assert "cannot append" in capsys.readouterr().err

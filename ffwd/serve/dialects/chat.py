@@ -8,6 +8,12 @@ generation's events into OpenAI JSON: each `TokenEvent`'s deltas become chunks
 `GenerationResult` the finish (with the deltas held back until the end) and
 the usage. Log-probabilities wait in `pending` until the next chunk leaves,
 so each chunk carries the tokens that produced its text.
+
+A request with ``"ffwd": {"tokens": true}`` also gets those tokens as they
+came: each chunk's ``ffwd.tokens`` (and a whole response's ``ffwd.tokens``)
+lists the ids since the previous chunk with their origin, own text, where
+their text went and, when asked, their log-probability (`token_entry`).
+OpenAI clients ignore the field.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+import weakref
 from typing import Any
 
 from ffwd.engine.events import TokenEvent
@@ -41,20 +48,29 @@ def sampling(req: SamplingFields) -> SamplingParams:
     )
 
 
-def _common(req: ChatCompletionRequest | CompletionRequest) -> dict[str, Any]:
+def _common(req: ChatCompletionRequest | CompletionRequest, reply_id: str) -> dict[str, Any]:
     rf = req.response_format.model_dump(by_alias=True) if req.response_format else None
+    _token_view(req, reply_id)
     return {
         "sampling": sampling(req), "stop": tuple(req.stop_list), "response_format": rf,
-        "fill": req.ffwd.model_dump(exclude_none=True) if req.ffwd else None,
+        "fill": req.ffwd.fill_overrides() if req.ffwd else None,
         "logprobs": req.logprob_count, "stream": req.stream,
     }
 
 
+def _token_view(req: ChatCompletionRequest | CompletionRequest, reply_id: str) -> None:
+    """Switch the token view of reply `reply_id` on when its request asks for it."""
+    if req.ffwd and req.ffwd.tokens and (reply := _REPLIES.get(reply_id)) is not None:
+        reply.tokens = True
+
+
 def chat_request(req: ChatCompletionRequest, reply_id: str) -> GenerationRequest:
+    limit = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
     return GenerationRequest(
         reply_id, "chat", messages=[m.as_template_message() for m in req.messages],
         tools=list(req.tools or []), tool_choice=req.tool_choice_value,
-        parallel_tool_calls=req.parallel_tool_calls, max_tokens=req.token_limit, **_common(req),
+        parallel_tool_calls=req.parallel_tool_calls, max_tokens=req.token_limit,
+        params={"max_tokens": limit}, **_common(req, reply_id),
     )
 
 
@@ -67,34 +83,44 @@ def parse_chat(body: dict[str, Any]) -> GenerationRequest:
 
 def text_request(req: CompletionRequest, reply_id: str) -> GenerationRequest:
     return GenerationRequest(
-        reply_id, "text", prompt=req.prompt_text, max_tokens=req.token_limit, **_common(req),
+        reply_id, "text", prompt=req.prompt_text, max_tokens=req.token_limit,
+        **_common(req, reply_id),
     )
 
 
 class ChatReply:
-    """One response's state: its id, the call ids it gave, the logprobs not yet sent."""
+    """One response's state: its id, the call ids it gave, the tokens not yet sent.
+
+    `tokens` lists each chunk's tokens (``"ffwd": {"tokens": true}``): given
+    here, or set when the request is translated for this reply's id.
+    """
 
     def __init__(self, kind: str, model: str, *, logprobs: bool = False, echo: str = "",
-                 include_usage: bool = False) -> None:
+                 include_usage: bool = False, tokens: bool = False) -> None:
         self.kind = kind
         self.model = model
         self.logprobs = logprobs
+        self.tokens = tokens
         self.include_usage = include_usage  # stream_options.include_usage
         self.echo = echo  # completions with echo: the prompt, sent before the completion
         self.id = new_id("chatcmpl-" if kind == "chat" else "cmpl-")
         self.created = int(time.time())
-        self.pending: list[TokenEvent] = []  # tokens whose logprobs are not sent yet
+        self.pending: list[TokenEvent] = []  # tokens not sent yet (logprobs, token view)
         self.call_ids: dict[int, str] = {}
         self._offset = len(echo)  # text_offset of the next token (completions)
+        _REPLIES[self.id] = self
 
     # --- whole responses ----------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
-        """A token of a whole (not streamed) response: kept for its logprobs."""
-        if self.logprobs:
+        """A token of a whole (not streamed) response: kept for its logprobs and entry."""
+        if self.logprobs or self.tokens:
             self.pending.append(event)
 
     def whole(self, res: GenerationResult) -> dict[str, Any]:
         lp = self._logprobs(self.pending)
+        block = res.ffwd_block()
+        if self.tokens:
+            block["tokens"] = [token_entry(t, self.logprobs) for t in self.pending]
         if self.kind == "chat":
             message: dict[str, Any] = {
                 "role": "assistant", "content": res.content if res.content or not res.calls
@@ -112,7 +138,7 @@ class ChatReply:
         return {
             "id": self.id, "object": "chat.completion" if self.kind == "chat" else
             "text_completion", "created": self.created, "model": self.model,
-            "choices": [choice], "usage": usage(res), "ffwd": res.ffwd_block(),
+            "choices": [choice], "usage": usage(res), "ffwd": block,
         }
 
     # --- stream chunks --------------------------------------------------------
@@ -124,7 +150,7 @@ class ChatReply:
 
     def event(self, event: TokenEvent) -> list[str]:
         """The chunks of one token: one per delta (its logprobs ride on the first)."""
-        if self.logprobs:
+        if self.logprobs or self.tokens:
             self.pending.append(event)
         return [self._delta(d) for d in event.deltas]
 
@@ -154,15 +180,17 @@ class ChatReply:
 
     def _chunk(self, delta: dict[str, Any] | None, finish: str | None = None,
                text: str | None = None, with_logprobs: bool = True) -> str:
-        lp = self._logprobs(self.pending) if with_logprobs and self.pending else None
-        if with_logprobs:
-            self.pending = []
+        sent, self.pending = (self.pending, []) if with_logprobs else ([], self.pending)
+        lp = self._logprobs(sent) if sent else None
         if self.kind == "chat":
             choice: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": lp,
                                       "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": lp, "finish_reason": finish}
-        return self.event_line(choices=[choice])
+        if not self.tokens:
+            return self.event_line(choices=[choice])
+        entries = [token_entry(t, self.logprobs) for t in sent]
+        return self.event_line(choices=[choice], ffwd={"tokens": entries})
 
     def _call_id(self, index: int) -> str:
         if index not in self.call_ids:
@@ -195,6 +223,26 @@ class ChatReply:
                                                               for a in t.top} for t in items],
             "text_offset": offsets,
         }
+
+
+# Each live reply by its id, so that translating its request can switch its token view on.
+_REPLIES: weakref.WeakValueDictionary[str, ChatReply] = weakref.WeakValueDictionary()
+
+
+def token_entry(t: TokenEvent, logprob: bool) -> dict[str, Any]:
+    """One token of the ``ffwd.tokens`` view: its id, origin and own text; ``part``
+    ``content`` or ``call`` (with the call's index) when its text came out as content or
+    as a tool call, absent when it released nothing (markup the parser took, or text
+    held back until a later token); its log-probability when the request asked."""
+    out: dict[str, Any] = {"id": t.id, "origin": t.origin, "text": t.token}
+    if t.deltas:
+        last = t.deltas[-1]
+        out["part"] = "content" if isinstance(last, ContentDelta) else "call"
+        if isinstance(last, ToolCallDelta):
+            out["call"] = last.index
+    if logprob:
+        out["logprob"] = _finite(t.logprob)
+    return out
 
 
 def usage(res: GenerationResult) -> dict[str, Any]:

@@ -1,0 +1,80 @@
+"""What the Responses and Messages dialects share: strict models, stop strings,
+tool choices checked against the tools, volatile prompt blocks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from ffwd.serve.errors import APIError, bad_request
+from ffwd.serve.protocol import MAX_STOP_CHARS, MAX_TOOLS, NON_TEXT_PARTS
+
+__all__ = ["MAX_STOP_CHARS", "MAX_TOOLS", "NON_TEXT_PARTS", "Strict"]
+
+# Lines that change on every request and so would defeat the prompt cache: Claude Code
+# puts a billing attribution block (`x-anthropic-billing-header: cc_version=...; cch=...;`)
+# at the top of its system prompt. They are dropped before the prompt is rendered.
+VOLATILE_LINE = re.compile(r"^[ \t]*x-anthropic-billing-header:[^\n]*(\n|$)",
+                           re.IGNORECASE | re.MULTILINE)
+
+
+class Strict(BaseModel):
+    """Request models: strict JSON types, finite numbers, unknown fields ignored."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+
+def strip_volatile(text: str) -> str:
+    """`text` without the lines that change per request (see `VOLATILE_LINE`).
+
+    >>> strip_volatile("x-anthropic-billing-header: cc_version=2.1; cch=9f3;\\nYou are...")
+    'You are...'
+    """
+    return VOLATILE_LINE.sub("", text)
+
+
+def check_stops(value: object, limit: int) -> object:
+    """A stop list's rules (a string or up to `limit` strings of 1..MAX_STOP_CHARS)."""
+    if value is None:
+        return value
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError(f"expected a string or an array of up to {limit} strings")
+    if len(stops) > limit:
+        raise ValueError(f"at most {limit} stop sequences are accepted, got {len(stops)}")
+    if any(s == "" or len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"a stop sequence must have 1 to {MAX_STOP_CHARS} characters")
+    return value
+
+
+def function_names(tools: list[dict[str, Any]]) -> list[str]:
+    return [t["function"]["name"] for t in tools]
+
+
+def check_choice(choice: str | Mapping[str, Any], tools: list[dict[str, Any]],
+                 param: str, named: str) -> None:
+    """A forced choice needs tools; a named one, a tool of that name (`named` is how the
+    API spells "a tool": "function", "tool")."""
+    if choice in ("none", "auto"):
+        return
+    names = function_names(tools)
+    if not names:
+        raise bad_request(f"{param} requires tools, and the request lists no {named} tools",
+                          param=param)
+    if isinstance(choice, Mapping):
+        name = choice["function"]["name"]
+        if name not in names:
+            raise bad_request(
+                f"{param} names {named} {name!r}, which is not in tools (tools: "
+                f"{', '.join(sorted(names))})", param=param, code="unknown_tool")
+
+
+def not_found(message: str, param: str | None, code: str) -> APIError:
+    return APIError(404, message, type="invalid_request_error", param=param, code=code)
+
+
+def refused(param: str, message: str) -> APIError:
+    return bad_request(f"{param}: {message}", param=param, code="unsupported_parameter")

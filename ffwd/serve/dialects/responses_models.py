@@ -1,0 +1,269 @@
+"""Request bodies of the OpenAI Responses API (``POST /v1/responses``), validated.
+
+Items and tools are tagged unions on ``type``: the tags are capitalised so
+that an error names the field as the API does (``input[2].arguments``, not a
+validator's path). Item and tool types ffwd does not run (``reasoning``,
+``web_search_call``, ``web_search``, ``local_shell``, ``custom``, ...) are kept
+as `OtherItem` / `OtherTool`, which the dialect skips (with a warning on the
+response where that changes what the model sees).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+
+from ffwd.serve.dialects.common import NON_TEXT_PARTS, Strict, check_stops
+from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText, TopCount
+
+MAX_METADATA = 16  # key-value pairs, as OpenAI
+TEXT_PART_TYPES = ("input_text", "output_text", "text", "refusal", "summary_text")
+
+
+def _text_parts(v: object) -> object:
+    """A content value: a string, or parts of the text types (other modalities refused)."""
+    if v is None or isinstance(v, str):
+        return v
+    if not isinstance(v, list):
+        raise ValueError("expected a string or an array of content parts")
+    for i, part in enumerate(v):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in NON_TEXT_PARTS:
+            raise ValueError(f"part {i} has type {kind!r}: this model takes text only "
+                             "(parts of type 'input_text')")
+        key = "refusal" if kind == "refusal" else "text"
+        if kind not in TEXT_PART_TYPES or not isinstance(part.get(key), str):
+            raise ValueError(f"part {i}: expected {{\"type\": \"input_text\", \"text\": \"...\"}}")
+    return v
+
+
+def content_text(content: str | list[dict[str, Any]] | None) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    return "\n".join(p.get("refusal") if p.get("type") == "refusal" else p["text"]
+                     for p in content)
+
+
+class MessageItem(Strict):
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: str | list[dict[str, Any]]
+
+    _parts = field_validator("content", mode="before")(_text_parts)
+
+    @property
+    def text(self) -> str:
+        return content_text(self.content)
+
+
+class FunctionCallItem(Strict):
+    type: Literal["function_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    arguments: str
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, v: str) -> str:
+        try:
+            value = json.loads(v or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not valid JSON: {exc.msg}") from None
+        if not isinstance(value, dict):
+            raise ValueError("expected a JSON object")
+        return v
+
+
+class FunctionCallOutputItem(Strict):
+    type: Literal["function_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: str | list[dict[str, Any]]
+
+    _parts = field_validator("output", mode="before")(_text_parts)
+
+    @property
+    def text(self) -> str:
+        return content_text(self.output)
+
+
+class CustomCallItem(Strict):
+    """A call of a ``custom`` (free-form) tool, as Codex replays its history."""
+
+    type: Literal["custom_tool_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: Annotated[str, Field(min_length=1)]
+    input: str
+
+
+class CustomCallOutputItem(Strict):
+    type: Literal["custom_tool_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: str | list[dict[str, Any]]
+
+    _parts = field_validator("output", mode="before")(_text_parts)
+
+    @property
+    def text(self) -> str:
+        return content_text(self.output)
+
+
+class OtherItem(Strict):
+    """An item the model is not shown (``reasoning``, hosted tools' calls, references)."""
+
+    type: str
+
+
+_ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall",
+              "function_call_output": "FunctionCallOutput", "custom_tool_call": "CustomCall",
+              "custom_tool_call_output": "CustomCallOutput"}
+
+
+def _item_tag(v: object) -> str | None:
+    if not isinstance(v, dict):
+        return None
+    kind = v.get("type", "message" if "role" in v else None)
+    return _ITEM_TAGS.get(kind, "Other") if isinstance(kind, str) else None
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("Message")] | Annotated[FunctionCallItem, Tag("FunctionCall")]
+    | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
+    | Annotated[CustomCallItem, Tag("CustomCall")]
+    | Annotated[CustomCallOutputItem, Tag("CustomCallOutput")]
+    | Annotated[OtherItem, Tag("Other")],
+    Discriminator(_item_tag, custom_error_type="invalid_item",
+                  custom_error_message="expected an input item: an object with a string 'type' "
+                  "(or a 'role', for a message)"),
+]
+
+
+class FunctionTool(Strict):
+    type: Literal["function"]
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class OtherTool(Strict):
+    type: str
+
+
+def _tool_tag(v: object) -> str | None:
+    kind = v.get("type") if isinstance(v, dict) else None
+    return None if not isinstance(kind, str) else "Function" if kind == "function" else "Other"
+
+
+Tool = Annotated[
+    Annotated[FunctionTool, Tag("Function")] | Annotated[OtherTool, Tag("Other")],
+    Discriminator(_tool_tag, custom_error_type="invalid_tool",
+                  custom_error_message="expected a tool: an object with a string 'type'"),
+]
+
+
+class FunctionChoice(Strict):
+    type: Literal["function"]
+    name: Annotated[str, Field(min_length=1)]
+
+
+class AllowedTools(Strict):
+    """``{"type": "allowed_tools", "mode": ..., "tools": [{"type": "function", "name"}]}``."""
+
+    type: Literal["allowed_tools"]
+    mode: Literal["auto", "required"] = "auto"
+    tools: list[FunctionChoice]
+
+
+class HostedChoice(Strict):
+    """A hosted tool forced by type (``{"type": "web_search"}``): ffwd runs none."""
+
+    type: str
+
+
+def _choice_tag(v: object) -> str | None:
+    if isinstance(v, str):
+        return "Mode"
+    kind = v.get("type") if isinstance(v, dict) else None
+    if not isinstance(kind, str):
+        return None
+    return {"function": "Function", "allowed_tools": "Allowed"}.get(kind, "Hosted")
+
+
+ToolChoice = Annotated[
+    Annotated[Literal["none", "auto", "required"], Tag("Mode")]
+    | Annotated[FunctionChoice, Tag("Function")] | Annotated[AllowedTools, Tag("Allowed")]
+    | Annotated[HostedChoice, Tag("Hosted")],
+    Discriminator(_choice_tag, custom_error_type="invalid_tool_choice",
+                  custom_error_message="expected 'none', 'auto', 'required' or "
+                  '{"type": "function", "name": "..."}'),
+]
+
+
+class TextFormat(Strict):
+    """``text.format``: ``text``, ``json_object``, or ``json_schema`` with its schema."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    name: Annotated[str, Field(max_length=64)] = "response"
+    description: str | None = None
+    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> TextFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError('type "json_schema" needs "schema": {...}')
+        return self
+
+    def response_format(self) -> dict[str, Any] | None:
+        """The OpenAI chat ``response_format`` the grammar reads."""
+        if self.type == "text":
+            return None
+        if self.type == "json_object":
+            return {"type": "json_object", "json_schema": None}
+        return {"type": "json_schema", "json_schema": {
+            "name": self.name, "description": self.description, "schema": self.json_schema,
+            "strict": self.strict}}
+
+
+class TextConfig(Strict):
+    format: TextFormat | None = None
+    verbosity: str | None = None  # accepted, not used
+
+
+class ResponsesRequest(Strict):
+    model: str = "default"
+    input: Annotated[str, Field(min_length=1)] | list[InputItem] | None = None
+    instructions: str | None = None
+    tools: Annotated[list[Tool], Field(max_length=4 * 128)] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool = True
+    text: TextConfig | None = None
+    max_output_tokens: AtLeastOne | None = None
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_logprobs: TopCount | None = None
+    include: list[str] | None = None
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
+    seed: Seed | None = None
+    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]],
+                        Field(max_length=MAX_METADATA)] | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    stream: bool = False
+    reasoning: dict[str, Any] | None = None  # accepted, not used: the model does not reason
+    background: bool = False
+    conversation: str | dict[str, Any] | None = None
+    user: str | None = None
+    ffwd: FfwdSettings | None = None
+
+    _stops = field_validator("stop", mode="before")(lambda v: check_stops(v, 4))
+
+    @property
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return "message.output_text.logprobs" in (self.include or []) or bool(self.top_logprobs)
