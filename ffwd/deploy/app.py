@@ -3,7 +3,8 @@
 `ModelReplica` holds one `ModelService` behind a `LocalExecutor`, the same
 single worker thread `ffwd serve` runs. `generate(req)` yields `Accepted`
 once the request is prepared and queued (or the `APIError` that refused it),
-then the run's events; cancelling the call cancels the run. `Ingress` serves
+then the run's events; cancelling the call cancels the run. `count_tokens(req)`
+renders a prompt there without running it. `Ingress` serves
 `serve.app.create_app` (the same routes, validation, errors, SSE, auth and
 metrics) over a `RayExecutor`, which sends each request through a deployment
 handle, so Ray's request router picks the replica, and turns Ray's failures
@@ -57,8 +58,15 @@ class ModelReplica:
         self.executor = LocalExecutor(service, spec.scale.max_ongoing)
         self.replica = serve.get_replica_context().replica_id.unique_id
 
-    def info(self) -> dict[str, str]:
-        return {"model_id": self.executor.model_id, "replica": self.replica}
+    def info(self) -> dict[str, Any]:
+        return {"model_id": self.executor.model_id, "replica": self.replica,
+                "model_info": self.executor.model_info()}
+
+    async def count_tokens(self, req: GenerationRequest) -> int | APIError:
+        try:
+            return await self.executor.count_tokens(req)
+        except APIError as exc:
+            return exc  # returned, not raised: Ray would wrap it
 
     async def generate(self, req: GenerationRequest) -> AsyncIterator[object]:
         loop = asyncio.get_running_loop()
@@ -118,10 +126,12 @@ class RayExecutor:
 
     def __init__(
         self, handle: DeploymentHandle, model_id: str,
-        on_depth: Callable[[int], None] | None = None,
+        on_depth: Callable[[int], None] | None = None, info: dict[str, Any] | None = None,
     ) -> None:
         self.handle = handle.options(stream=True)
+        self.plain = handle
         self.model_id = model_id
+        self.info = info or {}
         self._on_depth = on_depth
         self._waiting = 0  # sent, not accepted by a replica yet
         self._running = 0  # accepted, not finished
@@ -133,6 +143,20 @@ class RayExecutor:
     def health(self) -> dict[str, Any]:
         return {"queue_depth": self._waiting, "running": self._running > 0,
                 "on_replicas": self._running}
+
+    def model_info(self) -> dict[str, Any]:
+        return dict(self.info)
+
+    async def count_tokens(self, req: GenerationRequest) -> int:
+        try:
+            count = await self.plain.count_tokens.remote(req)
+        except BackPressureError as exc:
+            raise queue_full(f"the server is busy: {exc}; retry later") from None
+        except RayActorError as exc:
+            raise replica_lost(exc) from None
+        if isinstance(count, APIError):
+            raise count
+        return int(count)
 
     def _count(self, delta: int) -> None:
         self._waiting += delta
@@ -191,7 +215,8 @@ class Ingress:
         info = await model.info.remote()
         self.metrics = Metrics()
         self.metrics.registry.register(StatsCollector())
-        self.executor = RayExecutor(model, info["model_id"], self.metrics.queue_depth.set)
+        self.executor = RayExecutor(model, info["model_id"], self.metrics.queue_depth.set,
+                                    info=info.get("model_info"))
         self.api_key = spec.api_key
         self.max_body_bytes = spec.max_body_bytes
 

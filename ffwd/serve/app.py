@@ -1,9 +1,11 @@
 """The HTTP app: routes, the error shape, the API key guard, the OpenAPI document.
 
 It owns no decoding logic. Each generation route validates its body with its
-dialect (`ffwd.serve.dialects`), which translates it into a
+dialect (`ffwd.serve.dialects`: OpenAI Chat Completions and Completions,
+OpenAI Responses, Anthropic Messages), which translates it into a
 `GenerationRequest`; an `execute.Executor` prepares and runs that request and
-`delivery.respond` hands the events back to the dialect's writer. By default
+`delivery.respond` hands the events back to the dialect's writer. Errors on
+``/v1/messages`` have Anthropic's shape, everywhere else OpenAI's. By default
 the executor is a `LocalExecutor` over a `Service` on this process's worker
 thread; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
 app factory for both.
@@ -21,12 +23,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ffwd.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE
 from ffwd.serve.body import read_json
 from ffwd.serve.delivery import respond
-from ffwd.serve.dialects.chat import ChatReply, chat_request, text_request
-from ffwd.serve.errors import APIError, from_validation_error
+from ffwd.serve.dialects.chat import ChatReply, chat_request, new_id, text_request
+from ffwd.serve.dialects.common import not_found
+from ffwd.serve.dialects.messages import MessagesReply, messages_request
+from ffwd.serve.dialects.messages_models import CountTokensRequest, MessagesRequest
+from ffwd.serve.dialects.responses import open_response
+from ffwd.serve.dialects.responses_models import ResponsesRequest
+from ffwd.serve.dialects.store import ResponseStore, key_namespace
+from ffwd.serve.errors import APIError, error_body, from_validation_error
 from ffwd.serve.execute import Executor, LocalExecutor, Service
 from ffwd.serve.metrics import Metrics
-from ffwd.serve.middleware import Guard
-from ffwd.serve.openapi import GET_RESPONSES, METRICS_RESPONSE, POST_RESPONSES, install_openapi
+from ffwd.serve.middleware import Guard, presented_key
+from ffwd.serve.openapi import (
+    ANTHROPIC_POST_RESPONSES,
+    DELETE_RESPONSES,
+    GET_RESPONSES,
+    METRICS_RESPONSE,
+    POST_RESPONSES,
+    install_openapi,
+)
 from ffwd.serve.playground import install_playground
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
 
@@ -42,8 +57,12 @@ def create_app(
     max_queue: int = DEFAULT_MAX_QUEUE,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: Metrics | None = None,
+    response_store: ResponseStore | None = None,
 ) -> FastAPI:
-    """The API over `service` on a local worker thread (`max_queue` waiting), or `executor`."""
+    """The API over `service` on a local worker thread (`max_queue` waiting), or `executor`.
+
+    `response_store` keeps finished Responses API responses (a default-sized one if None).
+    """
     metrics = metrics or Metrics()
     if executor is None:
         if service is None:
@@ -57,10 +76,16 @@ def create_app(
     _error_handlers(app)
     _info_routes(app, executor, metrics)
     _openai_routes(app, executor, metrics, max_body_bytes)
+    store = response_store if response_store is not None else ResponseStore()
+    _responses_routes(app, executor, metrics, max_body_bytes, store, keyed=bool(api_key))
+    _messages_routes(app, executor, metrics, max_body_bytes)
     install_playground(app)
     metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
     install_openapi(app, {"/v1/chat/completions": ChatCompletionRequest,
-                          "/v1/completions": CompletionRequest}, [executor.model_id, "default"])
+                          "/v1/completions": CompletionRequest, "/v1/responses": ResponsesRequest,
+                          "/v1/messages": MessagesRequest,
+                          "/v1/messages/count_tokens": CountTokensRequest},
+                    [executor.model_id, "default"])
     app.add_middleware(Guard, metrics=metrics, api_key=api_key)
     return app
 
@@ -68,14 +93,16 @@ def create_app(
 def _error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def on_api_error(request: Request, exc: APIError) -> Response:
-        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+        return JSONResponse(error_body(exc, request.url.path), status_code=exc.status,
+                            headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http_error(request: Request, exc: StarletteHTTPException) -> Response:
         code = {404: "unknown_url", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         msg = f"{request.method} {request.url.path}: {exc.detail}"
         err = APIError(exc.status_code, msg, code=code, headers=dict(exc.headers or {}))
-        return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+        return JSONResponse(error_body(err, request.url.path), status_code=err.status,
+                            headers=err.headers)
 
 
 def _info_routes(app: FastAPI, executor: Executor, metrics: Metrics) -> None:
@@ -85,11 +112,14 @@ def _info_routes(app: FastAPI, executor: Executor, metrics: Metrics) -> None:
 
     @app.get("/v1/models", responses=GET_RESPONSES)
     async def models() -> dict[str, Any]:
-        return {
-            "object": "list",
-            "data": [{"id": executor.model_id, "object": "model", "created": 0,
-                      "owned_by": "ffwd"}],
-        }
+        entry = model_entry(executor)
+        return {"object": "list", "data": [entry], "has_more": False,
+                "first_id": entry["id"], "last_id": entry["id"]}
+
+    @app.get("/v1/models/{model_id:path}", responses=GET_RESPONSES)
+    async def model(model_id: str) -> dict[str, Any]:
+        check_model(model_id, executor.model_id)
+        return model_entry(executor)
 
     @app.get("/metrics", response_class=PlainTextResponse, responses=METRICS_RESPONSE)
     async def prometheus() -> Response:
@@ -134,3 +164,74 @@ def check_model(requested: str, served: str) -> None:
             "(or say 'default')",
             type="invalid_request_error", param="model", code="model_not_found",
         )
+
+
+ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"]
+
+
+def model_entry(executor: Executor) -> dict[str, Any]:
+    """The served model as `/v1/models` lists it: OpenAI's fields and Anthropic's, and
+    what a client can rely on (context window, tool calling, structured output)."""
+    info = executor.model_info()
+    return {
+        "id": executor.model_id, "object": "model", "created": 0, "owned_by": "ffwd",
+        "type": "model", "display_name": executor.model_id,
+        "created_at": "1970-01-01T00:00:00Z", "aliases": ["default"],
+        "context_window": info.get("context_window"), "endpoints": ENDPOINTS,
+        "capabilities": {
+            "tool_calling": True, "tool_choice": ["auto", "none", "required", "named"],
+            "parallel_tool_calls": True,
+            "guaranteed_tool_calls": bool(info.get("constrained_tool_calls")),
+            "structured_output": bool(info.get("grammar")),
+            "streaming": True, "logprobs": True, "vision": False, "reasoning": False,
+        },
+        "tool_format": info.get("tool_format"),
+    }
+
+
+def _responses_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes: int,
+                      store: ResponseStore, *, keyed: bool) -> None:
+    def namespace(request: Request) -> str:
+        return key_namespace(presented_key(request.headers.raw)) if keyed else ""
+
+    @app.post("/v1/responses", responses=POST_RESPONSES)
+    async def responses(request: Request) -> Response:
+        req = await _parse(request, ResponsesRequest, max_bytes)
+        check_model(req.model, executor.model_id)
+        gen, reply = open_response(req, store, namespace(request))
+        return await respond(request, executor, metrics, gen, reply)
+
+    @app.get("/v1/responses/{response_id}", responses=GET_RESPONSES)
+    async def get_response(request: Request, response_id: str) -> dict[str, Any]:
+        stored = store.get(namespace(request), response_id)
+        if stored is None:
+            raise _no_response(response_id)
+        return stored.response
+
+    @app.delete("/v1/responses/{response_id}", responses=DELETE_RESPONSES)
+    async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
+        if not store.delete(namespace(request), response_id):
+            raise _no_response(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+
+def _no_response(response_id: str) -> APIError:
+    return not_found(f"no response with id {response_id!r} is stored here",
+                     "response_id", "response_not_found")
+
+
+def _messages_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes: int) -> None:
+    @app.post("/v1/messages", responses=ANTHROPIC_POST_RESPONSES)
+    async def messages(request: Request) -> Response:
+        req = await _parse(request, MessagesRequest, max_bytes)
+        check_model(req.model, executor.model_id)
+        reply = MessagesReply(req.model)
+        gen, reply.warnings = messages_request(req, reply.id)
+        return await respond(request, executor, metrics, gen, reply)
+
+    @app.post("/v1/messages/count_tokens", responses=ANTHROPIC_POST_RESPONSES)
+    async def count_tokens(request: Request) -> dict[str, Any]:
+        req = await _parse(request, CountTokensRequest, max_bytes)
+        check_model(req.model, executor.model_id)
+        gen, _ = messages_request(req, new_id("count_"))
+        return {"input_tokens": await executor.count_tokens(gen)}

@@ -138,7 +138,8 @@ def _param(loc: tuple[int | str, ...]) -> str | None:
 
 def _is_tag(part: str) -> bool:
     """Whether a location part is a union member or validator, not a field (`str`, `list[..]`)."""
-    return part in ("str", "int", "float", "bool") or "[" in part or part[:1].isupper()
+    return (part in ("str", "int", "float", "bool") or "[" in part or "-" in part
+            or part[:1].isupper())  # constrained-str, function-after[...], a union's Tag
 
 
 def param_name(path: tuple[str | int, ...] | list[str | int]) -> str:

@@ -5,7 +5,9 @@
 the model side rejects, 429 when the waiting line is full) and returns a
 `Started` whose `job` stops the run within a step when cancelled; the run
 calls `put(item)` for each event (a failure as an exception), from any
-thread, and `end()` once after the last. `LocalExecutor` runs a `Service` on
+thread, and `end()` once after the last. `count_tokens(req)` renders a chat
+request's prompt without running it (Anthropic's ``count_tokens``), and
+`model_info()` says what the model offers (``/v1/models``). `LocalExecutor` runs a `Service` on
 this process's single worker thread, and logs a failed run's traceback under
 the request's id; `ffwd.deploy` runs one on each Ray Serve replica and puts an
 executor over the replicas' handle behind the same app.
@@ -21,10 +23,11 @@ from typing import Any, Protocol
 
 from starlette.concurrency import run_in_threadpool
 
-from ffwd.serve.errors import APIError
+from ffwd.serve.errors import APIError, bad_request, server_error
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.scheduler import QueueFull, Scheduler
 from ffwd.serve.service import Emit
+from ffwd.templates.render import encode_chat, normalize_tools
 
 log = logging.getLogger("ffwd.serve")
 
@@ -81,6 +84,42 @@ class Executor(Protocol):
     async def start(self, req: GenerationRequest, put: Callable[[object], None],
                     end: Callable[[], None]) -> Started: ...
 
+    async def count_tokens(self, req: GenerationRequest) -> int:
+        """The prompt ids `req` renders to (raising `APIError` for input it cannot render)."""
+        ...
+
+    def model_info(self) -> dict[str, Any]:
+        """What the model offers: ``context_window``, ``tool_format``, ``grammar``."""
+        ...
+
+
+def prompt_tokens(service: Service, req: GenerationRequest) -> int:
+    """The ids of `req`'s prompt, rendered as `prepare` renders it (the service's own
+    ``count_tokens`` when it has one); no context-window check, nothing compiled."""
+    own = getattr(service, "count_tokens", None)
+    if callable(own):
+        return int(own(req))
+    tokenizer, template = getattr(service, "tokenizer", None), getattr(service, "template", None)
+    if tokenizer is None or not isinstance(template, str):
+        raise server_error(f"{type(service).__name__} cannot count prompt tokens")
+    tools = req.tools if req.tool_choice != "none" else []
+    try:
+        shown = normalize_tools(tools) if tools else None
+        ids = encode_chat(tokenizer, template, req.messages, shown)
+    except ValueError as exc:
+        raise bad_request(f"cannot render this request: {exc}",
+                          param=req.param("messages")) from None
+    return len(ids)
+
+
+def service_info(service: Service) -> dict[str, Any]:
+    """`Executor.model_info` of a service (what a `ModelService` declares)."""
+    grammar = getattr(service, "grammars", None) is not None
+    fill = getattr(service, "fill", None)
+    return {"context_window": getattr(service, "context_window", None),
+            "tool_format": getattr(service, "format_name", None), "grammar": grammar,
+            "constrained_tool_calls": grammar and bool(getattr(fill, "grammar", True))}
+
 
 def queue_full(message: str) -> APIError:
     """Backpressure as OpenAI answers it: 429 with Retry-After."""
@@ -103,6 +142,12 @@ class LocalExecutor:
 
     def health(self) -> dict[str, Any]:
         return {"queue_depth": self.scheduler.depth, "running": self.scheduler.running}
+
+    def model_info(self) -> dict[str, Any]:
+        return service_info(self.service)
+
+    async def count_tokens(self, req: GenerationRequest) -> int:
+        return await run_in_threadpool(prompt_tokens, self.service, req)
 
     async def start(self, req: GenerationRequest, put: Callable[[object], None],
                     end: Callable[[], None]) -> Started:

@@ -2,13 +2,14 @@
 
 Handlers read their bodies themselves (`body.read_json`: size, depth and
 Unicode checks come before validation), so FastAPI cannot see the request
-models; `install_openapi` declares them, with every error the server sends in
-the OpenAI shape, so generated clients and API fuzzers can drive the API.
+models; `install_openapi` declares them, with every error the server sends
+(in the OpenAI shape, and on ``/v1/messages`` in Anthropic's), so generated
+clients and API fuzzers can drive the API.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
@@ -26,6 +27,20 @@ class ErrorResponse(BaseModel):
     """Every error body: ``{"error": {"message", "type", "param", "code"}}``."""
 
     error: ErrorDetail
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+    param: str | None
+    code: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    """Every error body on ``/v1/messages``: ``{"type": "error", "error": {...}}``."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -52,6 +67,12 @@ POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_COMMON,
 }
 GET_RESPONSES: dict[int | str, dict[str, Any]] = dict(_COMMON)
+DELETE_RESPONSES = GET_RESPONSES
+# Anthropic's routes: the same statuses, its error shape, its event stream.
+ANTHROPIC_POST_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: ({**spec, "model": AnthropicErrorResponse} if "model" in spec else spec)
+    for status, spec in POST_RESPONSES.items()
+}
 METRICS_RESPONSE: dict[int | str, dict[str, Any]] = {
     200: {"description": "Prometheus text exposition format",
           "content": {"text/plain": {"schema": {"type": "string"}}}},

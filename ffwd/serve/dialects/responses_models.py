@@ -42,7 +42,7 @@ def _text_parts(v: object) -> object:
 def content_text(content: str | list[dict[str, Any]] | None) -> str:
     if content is None or isinstance(content, str):
         return content or ""
-    return "\n".join(p.get("refusal") if p.get("type") == "refusal" else p["text"]
+    return "\n".join(str(p["refusal"] if p.get("type") == "refusal" else p["text"])
                      for p in content)
 
 

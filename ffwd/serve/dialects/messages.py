@@ -1,0 +1,218 @@
+"""The Anthropic Messages API (``POST /v1/messages``): requests in, messages and events out.
+
+`messages_request` translates a validated `MessagesRequest` (or a
+`CountTokensRequest`) into a `GenerationRequest`: ``system`` becomes the
+system message, without the lines that change on every request (Claude
+Code's ``x-anthropic-billing-header`` block, `common.strip_volatile`), so the
+prompt cache keeps the conversation's prefix; ``tool_use`` blocks become the
+assistant's tool calls and ``tool_result`` blocks tool messages;
+``tool_choice`` ``any`` is ``required``, ``tool`` a named function. Tools
+Anthropic runs itself (``web_search_...``) are skipped, named in the reply's
+``warnings``. `MessagesReply` writes the events back, as a whole message or as
+Anthropic's event stream, both from the same `Segmenter` steps.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ffwd.engine.events import TokenEvent
+from ffwd.engine.generate import GenerationResult
+from ffwd.engine.sampling import SamplingParams
+from ffwd.serve.dialects.chat import new_id
+from ffwd.serve.dialects.common import MAX_TOOLS, check_choice, strip_volatile
+from ffwd.serve.dialects.messages_models import (
+    CountTokensRequest,
+    CustomTool,
+    InputMessage,
+    MessagesRequest,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+)
+from ffwd.serve.dialects.segments import Segment, Segmenter, Step
+from ffwd.serve.errors import APIError, anthropic_body, bad_request
+from ffwd.serve.request import GenerationRequest
+
+PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences"}
+STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn",
+                "cancelled": "end_turn"}
+
+
+def messages_request(req: CountTokensRequest, reply_id: str
+                     ) -> tuple[GenerationRequest, list[str]]:
+    """The generation `req` asks for, and the warnings for its reply."""
+    warnings: list[str] = []
+    system = strip_volatile(req.system_text)
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        m for i, msg in enumerate(req.messages) for m in template_messages(msg, i)]
+    tools = function_tools(req, warnings)
+    choice, parallel = tool_choice(req, tools)
+    sampling, extra = SamplingParams(), dict[str, Any]()
+    if isinstance(req, MessagesRequest):
+        sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
+        extra = {"max_tokens": req.max_tokens, "stop": tuple(req.stop_sequences or ()),
+                 "fill": req.ffwd.fill_overrides() if req.ffwd else None,
+                 "stream": req.stream}
+    gen = GenerationRequest(reply_id, "chat", messages=messages, tools=tools,
+                            tool_choice=choice, parallel_tool_calls=parallel, sampling=sampling,
+                            params=PARAMS, **extra)
+    return gen, warnings
+
+
+def template_messages(msg: InputMessage, i: int) -> list[dict[str, Any]]:
+    """One Anthropic message as the chat template reads it: a user message's tool results
+    become tool messages (in their order), an assistant's tool_use blocks its tool calls."""
+    if isinstance(msg.content, str):
+        return [{"role": msg.role, "content": msg.content}]
+    if msg.role == "assistant":
+        text = "\n".join(b.text for b in msg.content if isinstance(b, TextBlock))
+        calls = [{"id": b.id, "type": "function", "function": {
+            "name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+            for b in msg.content if isinstance(b, ToolUseBlock)]
+        return [{"role": "assistant", "content": text} | ({"tool_calls": calls} if calls else {})]
+    out: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for block in msg.content:
+        if isinstance(block, ToolResultBlock):
+            if texts:
+                out.append({"role": "user", "content": "\n".join(texts)})
+                texts = []
+            content = ("Error: " if block.is_error else "") + block.text
+            out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        elif isinstance(block, TextBlock):
+            texts.append(block.text)
+    if texts or not out:
+        out.append({"role": "user", "content": "\n".join(texts)})
+    return out
+
+
+def function_tools(req: CountTokensRequest, warnings: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for i, tool in enumerate(req.tools or []):
+        if isinstance(tool, CustomTool):
+            fn: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
+            fn |= {"description": tool.description} if tool.description is not None else {}
+            fn |= {"strict": tool.strict} if tool.strict is not None else {}
+            out.append({"type": "function", "function": fn})
+        else:
+            warnings.append(f"tools[{i}]: tools of type {tool.type!r} run on Anthropic's "
+                            "servers, not here; skipped")
+    if len(out) > MAX_TOOLS:
+        raise bad_request(f"at most {MAX_TOOLS} tools are accepted, got {len(out)}",
+                          param="tools")
+    return out
+
+
+def tool_choice(req: CountTokensRequest, tools: list[dict[str, Any]]
+                ) -> tuple[str | dict[str, Any], bool]:
+    """The chat form of ``tool_choice`` and whether several calls may be made."""
+    tc = req.tool_choice
+    if tc is None:
+        return ("auto" if tools else "none"), True
+    choice: str | dict[str, Any] = {"auto": "auto", "any": "required", "none": "none"}.get(
+        tc.type, "")
+    if tc.type == "tool":
+        choice = {"type": "function", "function": {"name": tc.name}}
+    if tc.type == "auto" and not tools:
+        choice = "none"
+    check_choice(choice, tools, "tool_choice", "tool")
+    return choice, not tc.disable_parallel_tool_use
+
+
+class MessagesReply:
+    """One reply's state: its content blocks so far and the ids of its tool_use blocks."""
+
+    def __init__(self, model: str, warnings: list[str] | None = None) -> None:
+        self.model = model
+        self.warnings = warnings or []
+        self.id = new_id("msg_")
+        self.segments = Segmenter()
+        self.tool_ids: dict[int, str] = {}
+
+    # --- the Reply protocol ---------------------------------------------------
+    def collect(self, event: TokenEvent) -> None:
+        list(self.segments.feed(event.deltas))
+
+    def whole(self, res: GenerationResult) -> dict[str, Any]:
+        list(self._end(res))
+        return self.message(res)
+
+    def opening(self) -> list[str]:
+        return [self._event("message_start", message=self.message(None)),
+                self._event("ping")]
+
+    def event(self, event: TokenEvent) -> list[str]:
+        return [self._write(step) for step in self.segments.feed(event.deltas)]
+
+    def closing(self, res: GenerationResult) -> list[str]:
+        out = [self._write(step) for step in self._end(res)]
+        done = self.message(res)
+        delta = {"stop_reason": done["stop_reason"], "stop_sequence": done["stop_sequence"]}
+        return [*out, self._event("message_delta", delta=delta, usage=done["usage"]),
+                self._event("message_stop")]
+
+    def error_event(self, err: APIError) -> str:
+        return self._event("error", **{k: v for k, v in anthropic_body(err).items()
+                                       if k != "type"})
+
+    # --- the message ------------------------------------------------------------
+    def message(self, res: GenerationResult | None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model,
+            "content": [self._block(s) for s in self.segments.segments] if res else [],
+            "stop_reason": stop_reason(res, self.segments.segments) if res else None,
+            "stop_sequence": res.stop_sequence if res else None,
+            "usage": usage(res),
+        }
+        if self.warnings:
+            out["warnings"] = self.warnings
+        if res is not None:
+            out["ffwd"] = res.ffwd_block()
+        return out
+
+    def _end(self, res: GenerationResult) -> list[Step]:
+        return [*self.segments.feed(res.tail),
+                *self.segments.close(cut=res.finish_reason == "length")]
+
+    def _tool_id(self, seg: Segment) -> str:
+        return self.tool_ids.setdefault(seg.position, new_id("toolu_"))
+
+    def _block(self, seg: Segment, opening: bool = False) -> dict[str, Any]:
+        if seg.kind == "text":
+            return {"type": "text", "text": "" if opening else seg.text}
+        return {"type": "tool_use", "id": self._tool_id(seg), "name": seg.name,
+                "input": {} if opening else seg.arguments()}
+
+    def _write(self, step: Step) -> str:
+        seg = step.segment
+        if step.kind == "open":
+            return self._event("content_block_start", index=seg.position,
+                               content_block=self._block(seg, opening=True))
+        if step.kind == "delta":
+            delta = ({"type": "text_delta", "text": step.text} if seg.kind == "text"
+                     else {"type": "input_json_delta", "partial_json": step.text})
+            return self._event("content_block_delta", index=seg.position, delta=delta)
+        return self._event("content_block_stop", index=seg.position)
+
+    @staticmethod
+    def _event(kind: str, **fields: Any) -> str:
+        body = json.dumps({"type": kind, **fields}, ensure_ascii=False)
+        return f"event: {kind}\ndata: {body}\n\n"
+
+
+def stop_reason(res: GenerationResult, segments: list[Segment]) -> str:
+    if res.finish_reason == "stop" and res.stop_sequence is not None:
+        return "stop_sequence"
+    if res.finish_reason != "length" and any(s.kind == "call" for s in segments):
+        return "tool_use"
+    return STOP_REASONS[res.finish_reason]
+
+
+def usage(res: GenerationResult | None) -> dict[str, Any]:
+    """Anthropic's usage: ``input_tokens`` are the prompt ids not read from the cache."""
+    prompt, cached = (res.prompt_tokens, res.cached_tokens) if res else (0, 0)
+    return {"input_tokens": prompt - cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": cached,
+            "output_tokens": res.completion_tokens if res else 0}

@@ -1,0 +1,83 @@
+"""A scripted service for the agent dialects' HTTP tests: it records each request it was
+given (as translated) and plays the script a test sets (a plain module, no model)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from scripted import call, result, text
+
+from ffwd.engine.events import TokenEvent
+from ffwd.engine.generate import GenerationResult
+from ffwd.serve.errors import bad_request
+from ffwd.serve.request import GenerationRequest
+from ffwd.serve.service import Emit
+from ffwd.templates.formats.base import ContentDelta, ToolCall
+
+Script = list[TokenEvent | GenerationResult]
+
+
+def hello(cached: int = 0) -> Script:
+    return [text("Hello"), text(" world"), result("Hello world", cached=cached)]
+
+
+def weather_call(city: str = "Paris", finish: Any = "tool_calls") -> Script:
+    args = json.dumps({"city": city})
+    return [call(0, "get_weather"), call(0, arguments=args[:9]), call(0, arguments=args[9:]),
+            result(calls=(ToolCall("get_weather", args),), finish=finish, completion=7)]
+
+
+def text_then_call() -> Script:
+    """Content, then a call, with a piece of content held back until the end."""
+    args = '{"city": "Oslo"}'
+    done = result("Let me look.", calls=(ToolCall("get_weather", args),), finish="tool_calls")
+    done.tail = (ContentDelta(" Done."),)
+    return [text("Let me"), text(" look."), call(0, "get_weather"), call(0, arguments=args),
+            done]
+
+
+class AgentService:
+    """Plays `script` (or `script_for(request)`); keeps every request in `seen`."""
+
+    model_id = "tiny"
+    forward_calls = 0
+
+    def __init__(self, script: Script | None = None) -> None:
+        self.script: Script = script if script is not None else hello()
+        self.script_for: Callable[[GenerationRequest], Script] | None = None
+        self.seen: list[GenerationRequest] = []
+        self.tokenizer = None
+
+    @property
+    def last(self) -> GenerationRequest:
+        return self.seen[-1]
+
+    def prepare(self, req: GenerationRequest) -> GenerationRequest:
+        self.seen.append(req)
+        if req.max_tokens is not None and req.max_tokens > 4096:
+            raise bad_request(f"{req.param('max_tokens')}={req.max_tokens} is too many",
+                              param=req.param("max_tokens"))
+        return req
+
+    def run(self, prepared: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        script = self.script_for(prepared) if self.script_for else self.script
+        for item in script:
+            emit(item)
+
+    def count_tokens(self, req: GenerationRequest) -> int:
+        self.seen.append(req)
+        return sum(len(str(m.get("content", "")).split()) for m in req.messages) + len(req.tools)
+
+    def reset(self) -> None:
+        pass
+
+
+def sse_events(body: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event name, data) of each server-sent event of a stream with named events."""
+    out = []
+    for block in body.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.split("\n"))
+        out.append((lines["event"], json.loads(lines["data"])))
+    return out
