@@ -32,7 +32,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
 @cache
 def static_file(name: str) -> bytes:
     """One file of the page, read from the package once."""
-    return resources.files("ffwd.serve") / "static" / name.read_bytes()
+    return (resources.files("ffwd") / "serve" / "static" / name).read_bytes()
 
 
 def _response(name: str, media_type: str) -> Response:
