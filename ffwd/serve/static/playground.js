@@ -519,15 +519,19 @@
     return message;
   }
 
-  function side(title, result, view) {
+  function side(title, result, view, asked) {
     const n = numbers(result);
     const rows = [["ids", n.ids], ["forwards", n.forwards], ["ids per forward", fmt(n.ids / Math.max(1, n.forwards), 2)],
       ["decode seconds", fmt(n.decode, 3)], ["decode tokens/s", fmt(n.ids / n.decode, 1)],
       ["seconds in all", fmt(n.seconds, 3)]];
     const table = el("table", {}, ...rows.map(([k, v]) => el("tr", {},
       el("th", { scope: "row", textContent: k }), el("td", { textContent: String(v) }))));
-    const box = el("div", { className: "side" }, el("h3", { textContent: title }), table);
-    box.append(view.el);
+    const box = el("div", { className: "side" }, el("h3", { textContent: `${title}: fill ${n.fill}` }));
+    if (asked && asked !== n.fill) {
+      box.append(el("p", { className: "note muted", textContent: `Asked for fill ${asked}; the server ` +
+        `ran ${n.fill} (a forced tool call always goes through the strict rows).` }));
+    }
+    box.append(table, view.el);
     return box;
   }
 
@@ -540,7 +544,7 @@
     const [na, nb] = [numbers(a), numbers(b)];
     const speed = (na.ids / na.decode) / Math.max(1e-9, nb.ids / nb.decode);
     const text = same
-      ? `Identical: the same ${x.length} ids with fill ${na.fill} and with fill off, ` +
+      ? `Identical: the same ${x.length} ids with fill ${na.fill} and with fill ${nb.fill}, ` +
         `in ${na.forwards} forwards instead of ${nb.forwards}; decode ${fmt(speed, 2)}\u00d7 as fast.`
       : `The outputs part at id ${at + 1}` + (body.temperature > 0
         ? " (temperature > 0: each run samples; identity holds for greedy requests)."
@@ -566,8 +570,8 @@
       const off = await run(body, offView, state.abort.signal);
       Object.assign(off, { view: offView });
       box.replaceChildren(verdict(before, off, body),
-        side(`this reply (fill ${numbers(before).fill})`, { ...before, view: again }, again),
-        side("fill off", off, offView));
+        side("this reply", { ...before, view: again }, again),
+        side("again, fill off", off, offView, "off"));
     } catch (e) {
       box.replaceChildren(el("p", { className: "verdict differs", textContent: e.name === "AbortError" ? "Stopped." : e.message }));
     } finally {
