@@ -35,7 +35,8 @@ from ffwd.serve.dialects.segments import Segment, Segmenter, Step
 from ffwd.serve.errors import APIError, anthropic_body, bad_request
 from ffwd.serve.request import GenerationRequest
 
-PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences"}
+PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences",
+          "response_format": "output_config.format"}
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn",
                 "cancelled": "end_turn"}
 
@@ -51,10 +52,12 @@ def messages_request(req: CountTokensRequest, reply_id: str
     choice, parallel = tool_choice(req, tools)
     sampling, extra = SamplingParams(), dict[str, Any]()
     if isinstance(req, MessagesRequest):
-        sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k)
+        sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                                  seed=req.seed)
         extra = {"max_tokens": req.max_tokens, "stop": tuple(req.stop_sequences or ()),
                  "fill": req.ffwd.fill_overrides() if req.ffwd else None,
-                 "stream": req.stream}
+                 "stream": req.stream, "response_format": req.output_config.response_format()
+                 if req.output_config else None}
     gen = GenerationRequest(reply_id, "chat", messages=messages, tools=tools,
                             tool_choice=choice, parallel_tool_calls=parallel, sampling=sampling,
                             params=PARAMS, **extra)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from ffwd.serve.dialects.common import Strict, check_stops
-from ffwd.serve.protocol import AtLeastOne, FfwdSettings, StopText
+from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText
 
 MAX_STOP_SEQUENCES = 16
 Name = Annotated[str, Field(min_length=1, max_length=256)]
@@ -148,6 +148,25 @@ class ToolChoice(Strict):
         return self
 
 
+class OutputFormat(Strict):
+    """``output_config.format``: the reply is JSON valid against ``schema``."""
+
+    type: Literal["json_schema"]
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(Strict):
+    effort: str | None = None  # accepted, not used
+    format: OutputFormat | None = None
+
+    def response_format(self) -> dict[str, Any] | None:
+        """The OpenAI chat ``response_format`` the grammar reads (objects closed)."""
+        if self.format is None:
+            return None
+        return {"type": "json_schema", "json_schema": {
+            "name": "output", "schema": self.format.json_schema, "strict": True}}
+
+
 class CountTokensRequest(Strict):
     model: Annotated[str, Field(min_length=1)]
     messages: Annotated[list[InputMessage], Field(min_length=1)]
@@ -172,6 +191,8 @@ class MessagesRequest(CountTokensRequest):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
+    output_config: OutputConfig | None = None
+    seed: Seed | None = None  # not Anthropic's: as OpenAI's
     ffwd: FfwdSettings | None = None
 
     @field_validator("stop_sequences", mode="before")
