@@ -97,8 +97,8 @@ def test_a_whole_response_lists_every_token_beside_the_block() -> None:
 
 
 def test_content_tokens_and_completions() -> None:
-    script = [tok(7, "sampled", "Hi", ContentDelta("Hi")),
-              tok(8, "echo", " there", ContentDelta(" there")), result("Hi there")]
+    script: Script = [tok(7, "sampled", "Hi", ContentDelta("Hi")),
+                      tok(8, "echo", " there", ContentDelta(" there")), result("Hi there")]
     client, _ = served(script)
     body = {"model": "tiny", "prompt": "Say hi", "ffwd": {"tokens": True}}
     tokens = client.post("/v1/completions", json=body).json()["ffwd"]["tokens"]

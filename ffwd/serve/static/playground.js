@@ -472,6 +472,7 @@
 
   // --- send, stop, compare -------------------------------------------------------------
   function busy(on) {
+    $("reply").setAttribute("aria-busy", String(on));
     $("send").disabled = on;
     $("stop").disabled = !on;
     $("compare").disabled = on || !state.lastRun;
@@ -616,7 +617,8 @@
       requests: total(s, "ffwd_requests_total", (l) => /^\/v1\/(?!models)/.test(l.endpoint || "")),
       tokens: total(s, "ffwd_completion_tokens_total"),
       injected: total(s, "ffwd_injected_tokens_total"),
-      forwards: total(s, "ffwd_forward_calls_total"),
+      forwards: s.some((x) => x.name === "ffwd_forward_calls_total")  // not on a Ray ingress
+        ? `, ${total(s, "ffwd_forward_calls_total")} forwards` : "",
     };
     const prev = live.prev;
     if (prev) {
@@ -630,8 +632,9 @@
     }
     live.prev = now;
     const overall = now.tokens ? `${fmt(100 * now.injected / now.tokens, 0)}% injected` : "none injected yet";
-    $("totals").textContent = `Since the server started: ${now.requests} API requests, ` +
-      `${now.tokens} completion ids (${overall}), ${now.forwards} forwards.`;
+    $("totals").textContent = `Since the server started: ${now.requests} API ` +
+      `request${now.requests === 1 ? "" : "s"}, ` +
+      `${now.tokens} completion ids (${overall})${now.forwards}.`;
     draw();
   }
 
