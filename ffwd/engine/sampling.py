@@ -6,19 +6,28 @@ logit bias, penalties, temperature, top-k, top-p, min-p) and draws from its
 own seeded `torch.Generator`, so requests never share random state. The mask
 comes first, so truncation (top-k, top-p) chooses among allowed ids only.
 
+The draws are tied to positions, not to a running stream: the id at output
+position i is drawn by inverting the processed distribution's CDF at
+``u(seed, i)``, a uniform number fixed by the request's seed and the position
+alone. So however a generation is cut into forwards (plain steps, verified
+spans of any length, a stream or a whole reply) the same seed draws the same
+ids from the same logits.
+
 `verify_span` decides how much of a proposed span the model keeps:
 
 * greedy (temperature 0): accept while the processed argmax equals the
   proposed id; at the first disagreement the argmax is the next id.
-* sampling: accept proposed id ``s`` with probability ``p(s)`` under the
-  processed distribution; at the first rejection draw the replacement from
-  ``p`` with ``s`` removed and renormalised. Either way each emitted id has
-  exactly the distribution plain decoding would give it:
-  ``p(s)`` for ``s`` and ``(1 - p(s)) * p(y) / (1 - p(s)) = p(y)`` for ``y != s``.
+* sampling: draw position j's id as plain decoding would (with ``u(seed, i)``)
+  and accept the proposed id ``s`` when the draw is ``s``; otherwise the draw
+  is the next id. ``s`` is kept with probability ``p(s)``, and on a rejection
+  the draw is ``y != s`` with probability ``p(y)``: each emitted id has exactly
+  the distribution plain decoding gives it, and with the same seed it is the
+  very id plain decoding draws.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -150,12 +159,26 @@ class TokenConstraint(Protocol):
         ...
 
 
+def uniform(seed: int, position: int) -> float:
+    """A uniform number in [0, 1) fixed by `seed` and `position` (splitmix64).
+
+    >>> uniform(7, 3) == uniform(7, 3) != uniform(7, 4)
+    True
+    """
+    mask = (1 << 64) - 1
+    z = (seed * 0x9E3779B97F4A7C15 + (position + 1) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
 class Sampler:
-    """`SamplingParams` turned into processing plus a seeded generator.
+    """`SamplingParams` turned into processing plus the request's position-tied draws.
 
     `generated` arguments are the ids emitted so far in this request (for the
-    presence/frequency penalties); the prompt ids given at construction count
-    for the repetition penalty too.
+    presence/frequency penalties, and to know the position being drawn); the
+    prompt ids given at construction count for the repetition penalty too.
+    Without a `seed`, one is chosen at random for the request.
     """
 
     def __init__(
@@ -166,11 +189,7 @@ class Sampler:
     ) -> None:
         self.params = params
         self.constraint = constraint
-        self.generator = torch.Generator()
-        if params.seed is not None:
-            self.generator.manual_seed(params.seed)
-        else:
-            self.generator.seed()
+        self.seed = params.seed if params.seed is not None else secrets.randbits(63)
         self._prompt = torch.tensor(list(prompt_ids), dtype=torch.long)
         p = params
         self._penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
@@ -212,21 +231,20 @@ class Sampler:
         return torch.softmax(processed, dim=-1)
 
     def sample(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> int:
+        """The id at output position ``len(generated)``."""
         if self.plain_greedy:
             return int(logits.argmax())  # the hot path: no copy, no processing
         if self.greedy:
             return int(self.process(logits, generated).argmax())
-        return self.draw(self.probs(logits, generated))
+        return self.draw(self.probs(logits, generated), len(generated))
 
-    def draw(self, probs: torch.Tensor) -> int:
-        """One id from `probs` (need not be normalised) by inverting its CDF."""
+    def draw(self, probs: torch.Tensor, position: int) -> int:
+        """The id at `position` from `probs` (need not be normalised): the inverse of its
+        CDF at the position's uniform number."""
         cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
-        u = torch.rand((), generator=self.generator, dtype=torch.float64) * cdf[-1]
-        return min(int(torch.searchsorted(cdf, u, right=True)), probs.shape[-1] - 1)
-
-    def accept(self, prob: float) -> bool:
-        """True with probability `prob` (one uniform draw from this sampler's generator)."""
-        return float(torch.rand((), generator=self.generator)) < prob
+        u = uniform(self.seed, position) * float(cdf[-1])
+        return min(int(torch.searchsorted(cdf, torch.tensor(u, dtype=torch.float64),
+                                          right=True)), probs.shape[-1] - 1)
 
     __call__ = sample
 
@@ -281,14 +299,10 @@ def verify_span(
                 return SpanVerdict(j, choice[j])
             continue
         probs = sampler.probs(logits[j], history)
-        if sampler.greedy:
-            best = int(probs.argmax())
-            if best != tok:
-                return SpanVerdict(j, best)
-        elif not sampler.accept(float(probs[tok])):
-            rest = probs.clone()
-            rest[tok] = 0.0
-            return SpanVerdict(j, sampler.draw(rest / rest.sum()))
+        # Greedy: the argmax. Sampling: the position's own draw, as plain decoding makes it.
+        got = int(probs.argmax()) if sampler.greedy else sampler.draw(probs, len(history))
+        if got != tok:
+            return SpanVerdict(j, got)
         history.append(tok)
     n = len(proposed)
     if logits.shape[0] > n:

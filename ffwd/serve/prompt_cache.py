@@ -55,6 +55,11 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every saved state."""
+        self._entries.clear()
+        self._bytes = 0
+
     def select(self, backend: Backend, prompt: Sequence[int]) -> None:
         """Before prefill: make the backend hold the state that best serves `prompt`.
 

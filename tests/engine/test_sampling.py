@@ -54,14 +54,39 @@ def test_penalties() -> None:
     assert pf.tolist() == [2.0, -2.0, 0.0]
 
 
-def test_seeded_sampler_is_reproducible_and_independent() -> None:
+def test_seeded_draws_are_tied_to_the_seed_and_the_position() -> None:
     logits = torch.zeros(50)
     params = SamplingParams(temperature=1.0, seed=7)
-    a = [Sampler(params).sample(logits) for _ in range(3)]
-    s1, s2 = Sampler(params), Sampler(params)
-    run1 = [s1.sample(logits) for _ in range(20)]
-    run2 = [s2.sample(logits) for _ in range(20)]
-    assert run1 == run2 and len(set(a)) == 1
+
+    def run(sampler: Sampler) -> list[int]:
+        out: list[int] = []
+        for _ in range(20):
+            out.append(sampler.sample(logits, out))
+        return out
+
+    run1, run2 = run(Sampler(params)), run(Sampler(params))
+    assert run1 == run2 and len(set(run1)) > 5  # reproducible, and not one id over and over
+    assert run(Sampler(SamplingParams(temperature=1.0, seed=8))) != run1
+    assert run(Sampler(SamplingParams(temperature=1.0))) != run(Sampler(SamplingParams(
+        temperature=1.0)))  # no seed: a fresh one per request
+
+
+def test_sampled_verify_keeps_exactly_what_plain_sampling_draws() -> None:
+    # Any proposal is kept where plain decoding with the same seed draws it, and the first
+    # disagreement is replaced by plain decoding's own draw: the same ids, not just the
+    # same distribution, however the output is cut into spans.
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randn(12, 40, generator=g)
+    sampler = Sampler(SamplingParams(temperature=0.9, top_p=0.95, seed=11))
+    plain: list[int] = []
+    for row in rows:
+        plain.append(sampler.sample(row, plain))
+    for cut in range(11):
+        proposal = [*plain[cut:], 0][: 12 - cut - 1]
+        proposal[len(proposal) // 2] = (proposal[len(proposal) // 2] + 1) % 40 if proposal else 0
+        verdict = verify_span(rows[cut:], proposal, sampler, plain[:cut])
+        assert proposal[: verdict.accepted] == plain[cut : cut + verdict.accepted]
+        assert verdict.next_id == plain[cut + verdict.accepted]
 
 
 def test_greedy_verify_span_keeps_the_argmax_prefix() -> None:
