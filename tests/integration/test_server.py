@@ -158,6 +158,26 @@ def test_second_turn_reuses_the_prompt_cache(server: Server) -> None:
     assert details is not None and details.cached_tokens and details.cached_tokens > 0
 
 
+def test_a_tool_turn_reuses_what_the_call_left_in_the_cache(server: Server) -> None:
+    # Turn 2 resends turn 1 with the assistant's call and the tool's result: the prompt
+    # cache holds turn 1's prompt and output, and only the call's last few ids (the
+    # template re-renders the same text, which the tokenizer may split differently from
+    # how the model wrote it) and the new part are prefilled again.
+    c = client(server)
+    kw: dict[str, Any] = dict(model="default", tools=[WEATHER, TIME], max_tokens=60,
+                              temperature=0)
+    r1 = c.chat.completions.create(messages=ASK, tool_choice="required",
+                                   parallel_tool_calls=False, **kw)
+    call = r1.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert r1.usage is not None and r1.choices[0].finish_reason == "tool_calls"
+    turn2 = [*ASK, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+             {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 22 C"}]
+    r2 = c.chat.completions.create(messages=turn2, **kw)
+    cached = r2.usage.prompt_tokens_details.cached_tokens  # type: ignore[union-attr]
+    sent = r1.usage.prompt_tokens + r1.usage.completion_tokens
+    assert cached is not None and sent - 8 <= cached <= sent, (cached, sent)
+
+
 def test_completions_endpoint(server: Server) -> None:
     r = client(server).completions.create(model="default", prompt="The capital of France is",
                                           max_tokens=8, temperature=0)

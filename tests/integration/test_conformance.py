@@ -1,0 +1,46 @@
+"""The promises on the default path (embedded model, llama.cpp, default threads, fill echo,
+grammar on) with inputs nobody picked: hypothesis draws tool schemas, prompts, seeds,
+temperatures, tool_choice, parallel calls and response formats (`ffwd.bench.conformance`).
+Each reply is a 200 with valid calls (no keys outside the schema) or an honest length cut,
+no call twice, streamed == plain, greedy cold == warm."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+from ffwd.bench import conformance
+
+pytestmark = pytest.mark.slow
+EXAMPLES = 8  # `python -m ffwd.bench.conformance --examples 500` runs many more
+
+
+@pytest.fixture(scope="module")
+def app() -> Iterator[conformance.InProcess]:
+    yield conformance.InProcess()
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(body=conformance.requests())
+def test_every_reply_keeps_the_promises(app: conformance.InProcess, body: dict[str, Any]) -> None:
+    outcome = conformance.check(body, app.post, app.stream, app.cold)
+    assert outcome.problems == [], body
+
+
+def test_the_checks_catch_a_broken_reply() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}}]
+    body = {"tools": tools, "tool_choice": "required", "temperature": 0.0}
+    ok = conformance.Reply("", (("f", '{"a": 1}'),), "tool_calls")
+    assert conformance.problems(body, ok) == []
+    for bad in (conformance.Reply("", (("f", '{"a": 1, "type": "x"}'),), "tool_calls"),
+                conformance.Reply("", (("f", '{"a": 1}'), ("f", '{"a": 1}')), "tool_calls"),
+                conformance.Reply("", (("g", "{}"),), "tool_calls"),
+                conformance.Reply("hi", (), "stop")):
+        assert conformance.problems(body, bad), bad
+    cut = conformance.Reply("", (("f", '{"a": 1}'), ("f", '{"a": ')), "length")
+    assert conformance.problems(body, cut) == []  # the last call of a cut reply is partial
