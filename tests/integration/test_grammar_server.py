@@ -40,7 +40,8 @@ def test_required_returns_a_valid_call_plain_and_streamed(server: Server) -> Non
     reply = client(server).chat.completions.create(**WHY)
     calls = reply.choices[0].message.tool_calls
     assert calls, reply.choices[0].message
-    for call in calls:
+    cut = reply.choices[0].finish_reason == "length"  # then the last call is as far as written
+    for call in calls[: -1 if cut else None]:
         fn = call.function  # type: ignore[union-attr]
         jsonschema.validate(json.loads(fn.arguments), SCHEMAS[fn.name])
     streamed: dict[int, list[str]] = {}
@@ -49,8 +50,8 @@ def test_required_returns_a_valid_call_plain_and_streamed(server: Server) -> Non
             name, args = streamed.setdefault(d.index, ["", ""]), d.function
             name[0] += (args.name or "") if args else ""
             name[1] += (args.arguments or "") if args else ""
-    first = calls[0].function  # type: ignore[union-attr]
-    assert streamed[0] == [first.name, first.arguments]
+    assert [streamed[i] for i in sorted(streamed)] == [
+        [c.function.name, c.function.arguments] for c in calls]  # type: ignore[union-attr]
 
 
 def test_response_format_json_schema_content_validates(server: Server) -> None:
