@@ -11,9 +11,11 @@ import pytest
 from agent_service import AgentService, Script
 from fastapi.testclient import TestClient
 from scripted import result
+from test_deploy_app import Handle
 from test_serve_app import sse
 
 from ffwd.config import REQUEST_FILL_TYPES
+from ffwd.deploy.app import REPLICA_HEADER, Accepted, RayExecutor
 from ffwd.engine.events import TokenEvent, TokenOrigin
 from ffwd.serve.app import create_app
 from ffwd.serve.playground import ASSETS, PAGE, PAGE_PATHS, static_file
@@ -157,3 +159,15 @@ def test_the_page_uses_its_own_files_and_nothing_from_elsewhere() -> None:
     assert "ffwd: { tokens: true }" in static_file("playground.js").decode()
     css = static_file("playground.css").decode()
     assert all(f".o-{origin} " in css for origin in get_args(TokenOrigin))
+
+
+def test_behind_replicas_the_page_and_the_token_view_are_the_same() -> None:
+    """`ffwd serve --replicas`: the ingress is `create_app` over a Ray executor."""
+    handle = Handle([Accepted("r1"), *weather()])
+    app = create_app(executor=RayExecutor(handle, "tiny"), api_key="k")  # type: ignore[arg-type]
+    with TestClient(app) as client:
+        assert client.get("/").content == static_file(PAGE)
+        r = client.post("/v1/chat/completions", headers={"Authorization": "Bearer k"},
+                        json={**ASK, "ffwd": {"tokens": True}})
+    assert r.headers[REPLICA_HEADER] == "r1"
+    assert [t["id"] for t in r.json()["ffwd"]["tokens"]] == [1, 2, 3, 4, 5, 6]
