@@ -161,7 +161,8 @@ def problems(body: dict[str, Any], reply: Reply) -> list[str]:
         if name not in tools or named not in (None, name):
             out.append(f"a call of {name!r}, which may not be called")
         elif not (cut and i == len(reply.calls) - 1):  # a cut call is as far as written
-            out += _invalid(args, strict_schema(tools[name]), f"{name} arguments")
+            out += _invalid(args, strict_schema(tools[name], listed_only=True),
+                            f"{name} arguments")
     return out
 
 

@@ -16,10 +16,13 @@ schema order: llguidance fixes properties to the order the schema lists
 them). XML (qwen_xml) writes each parameter as the template does, value by
 value: enums and consts as rendered, numbers, arrays and objects as JSON,
 booleans as ``True``/``False``, anything else as raw text up to
-``\\n</parameter>``. Tool arguments are closed: an object schema that does not
-say ``additionalProperties`` admits only its ``properties`` (``true`` or a
-schema re-opens it). ``response_format`` follows JSON Schema as written (open
-objects), unless ``strict`` closes it.
+``\\n</parameter>``. Tool arguments are closed: an object schema that lists
+``properties`` and does not say ``additionalProperties`` admits only those
+(``true`` or a schema re-opens it; ``"strict": true`` closes every object); an
+object inside the arguments that lists none is a free-form map, and a tool
+that takes no parameters takes ``{}``.
+``response_format`` follows JSON Schema as written (open objects), unless
+``strict`` closes it.
 """
 
 from __future__ import annotations
@@ -101,9 +104,14 @@ def _calls(
     names, lines, needs_text = [], [], False
     for i, tool in enumerate(tools):
         fn = tool["function"]
-        # Closed arguments: an object that does not say `additionalProperties` takes only
-        # its `properties` (as llama.cpp's server grammars do); saying it re-opens it.
-        params = strict_schema(fn.get("parameters") or {"type": "object", "properties": {}})
+        # Closed arguments: an object that lists `properties` and does not say
+        # `additionalProperties` takes only those (as llama.cpp's server grammars do);
+        # saying it re-opens it, and an object that lists none is a free-form map.
+        # `"strict": true` closes every object (OpenAI's strict mode).
+        params = strict_schema(fn.get("parameters") or {"type": "object", "properties": {}},
+                               listed_only=fn.get("strict") is not True)
+        if not params.get("properties") and "additionalProperties" not in params:
+            params = {**params, "additionalProperties": False}  # no parameters: takes {}
         if skeleton.json_args:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)

@@ -89,28 +89,32 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
 
 
-def strict_schema(schema: Any) -> Any:
+def strict_schema(schema: Any, listed_only: bool = False) -> Any:
     """A copy of `schema` in which every object schema that does not say
-    otherwise forbids properties it does not list.
+    otherwise forbids properties it does not list (`listed_only`: only those that
+    list some `properties`; ``{"type": "object"}`` stays a free-form map).
 
     >>> strict_schema({"type": "object", "properties": {"a": {"type": "object"}}})
     {'type': 'object', 'properties': {'a': {'type': 'object', 'additionalProperties': False}}, \
 'additionalProperties': False}
+    >>> strict_schema({"type": "object", "properties": {"a": {"type": "object"}}}, True)
+    {'type': 'object', 'properties': {'a': {'type': 'object'}}, 'additionalProperties': False}
     """
     if not isinstance(schema, Mapping):
         return schema
     out: dict[str, Any] = dict(schema)
     for key in _SUBSCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [strict_schema(s) for s in out[key]]
+            out[key] = [strict_schema(s, listed_only) for s in out[key]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), Mapping):
-            out[key] = {k: strict_schema(s) for k, s in out[key].items()}
+            out[key] = {k: strict_schema(s, listed_only) for k, s in out[key].items()}
     for key in _SUBSCHEMAS:
         if isinstance(out.get(key), Mapping):
-            out[key] = strict_schema(out[key])
+            out[key] = strict_schema(out[key], listed_only)
     kind = out.get("type")
     is_object = kind == "object" or (isinstance(kind, list) and "object" in kind)
-    if (is_object or "properties" in out) and "additionalProperties" not in out:
+    lists = bool(out.get("properties")) or ("properties" in out and not listed_only)
+    if (lists or (is_object and not listed_only)) and "additionalProperties" not in out:
         out["additionalProperties"] = False
     return out

@@ -158,6 +158,11 @@ def test_tool_arguments_are_closed_unless_the_schema_opens_them(fmt: str) -> Non
             "name": STR}}}}}}
     inner = ("book", {"who": {"name": "Ada", "age": 36}})
     assert not accepts(fmt, turn_ids(fmt, [nested], [inner]), tools=[nested])
+    # An object that lists no properties is a free-form map (keys are the caller's data).
+    free = {"type": "function", "function": {"name": "deal", "parameters": {
+        "type": "object", "properties": {"cards": {"type": "object"}}}}}
+    hands = ("deal", {"cards": {"Ada": 3, "Alan": 5}})
+    assert accepts(fmt, turn_ids(fmt, [free], [hands]), tools=[free])
 
 
 def test_a_schema_llguidance_cannot_compile_names_the_tool() -> None:
