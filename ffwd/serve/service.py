@@ -115,8 +115,10 @@ class ModelService:
             raise bad_request(f"cannot render these messages: {exc}",
                               param=req.param("messages")) from None
         ids = self._check_prompt(ids, req.param("messages"))
-        # A forced call goes through the strict tier even when fill is off.
-        if shown and choice != "auto" and not fill.strict_rows:
+        # A forced call needs its opening forced: the grammar does that when it is on;
+        # without one, only the strict rows can, so they run even when fill is off.
+        unforced = not (fill.grammar and self.grammars is not None)
+        if shown and choice != "auto" and not fill.strict_rows and unforced:
             fill = replace(fill, mode="strict")
         compiled = self._compiled(shown, choice, req) if shown and fill.strict_rows else None
         plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
