@@ -4,9 +4,10 @@ Under greedy decoding a verify step keeps exactly the leading proposed ids that
 match what the model writes next, so once a request's plain (fill off) output
 is known, echo can be replayed over it for any setting without another
 forward: `echo_walk` is that replay, for a loop that forwards every span whole.
-`position_rates` turns walks into the acceptance at each span position (what
-`ffwd.fill.spans` seeds its estimates with), `summarize` into the figures that
-choose ``k``, ``candidates`` and ``max_span``.
+`calibration` sets, per run bucket, the acceptance measured on the outputs
+beside the one the running estimate predicted (`ffwd.fill.spans`: what
+`PRIORS` are set from), `summarize` gives the figures that choose ``k``,
+``candidates`` and ``max_span``.
 
 ``python -m ffwd.bench.acceptance`` decodes the bench's workloads once and
 replays a grid of settings over the outputs.
@@ -24,14 +25,19 @@ from typing import Any
 
 from ffwd.config import FillConfig
 from ffwd.fill.echo import EchoConfig, EchoSource
+from ffwd.fill.spans import RUN_BUCKETS, AcceptanceBook, run_bucket
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One forward of a walk: `proposed` ids offered (0: a plain step), `accepted` kept."""
+    """One forward of a walk: `proposed` ids offered (0: a plain step), `accepted` kept;
+    the copy's `run` before the span, and what the running estimate `predicted` for each
+    proposed position (`ffwd.fill.spans.AcceptanceBook`, as the session keeps it)."""
 
     proposed: int
     accepted: int
+    run: int = 0
+    predicted: tuple[float, ...] = ()
 
 
 class _Tail:
@@ -64,6 +70,7 @@ def echo_walk(prompt: Sequence[int], output: Sequence[int], config: EchoConfig) 
     0 0
     """
     source = EchoSource(config, prompt)
+    book = AcceptanceBook()
     view = _Tail()
     steps: list[Step] = []
     i = 0  # output[i] is the id the next forward feeds
@@ -79,7 +86,11 @@ def echo_walk(prompt: Sequence[int], output: Sequence[int], config: EchoConfig) 
         kept = 0
         while kept < len(span) and span[kept] == output[i + 1 + kept]:
             kept += 1
-        steps.append(Step(len(span), kept))
+        run = proposal.run if proposal and span else 0
+        predicted = tuple(book.rates("echo", run, len(span))) if span else ()
+        if span:
+            book.verified("echo", len(span), kept, run)
+        steps.append(Step(len(span), kept, run, predicted))
         source.observe(output[i + 1 : i + 2 + kept])
         i += kept + 1
     return steps
@@ -98,6 +109,26 @@ def position_rates(walks: Sequence[Sequence[Step]], positions: int = 32) -> list
             counts[j][0] += 1
             counts[j][1] += j < step.accepted
     return [(t, k) for t, k in counts]
+
+
+def calibration(walks: Sequence[Sequence[Step]]) -> list[dict[str, Any]]:
+    """Per run bucket (`ffwd.fill.spans.run_bucket`): the positions tested there, the
+    measured rate at which they were kept, and the mean rate the estimate predicted.
+
+    >>> calibration([[Step(2, 1, run=0, predicted=(0.5, 0.25))]])[:2]
+    [{'bucket': 0, 'tested': 1, 'measured': 1.0, 'predicted': 0.5}, \
+{'bucket': 1, 'tested': 1, 'measured': 0.0, 'predicted': 0.25}]
+    """
+    sums = [[0, 0, 0.0] for _ in range(RUN_BUCKETS)]
+    for step in itertools.chain.from_iterable(walks):
+        for j in range(min(step.proposed, step.accepted + 1)):
+            b = sums[run_bucket(step.run + j)]
+            b[0] += 1
+            b[1] += j < step.accepted
+            b[2] += step.predicted[j]
+    return [{"bucket": i, "tested": int(t), "measured": round(k / t, 3) if t else None,
+             "predicted": round(p / t, 3) if t else None}
+            for i, (t, k, p) in enumerate(sums)]
 
 
 def summarize(walks: Sequence[Sequence[Step]], outputs: int) -> dict[str, float]:
@@ -169,17 +200,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for workload in [*sorted({w for w, _, _ in runs}), "pooled"]:
             mine = [(walk, n) for w, walk, n in walked if workload in (w, "pooled")]
             walks = [walk for walk, _ in mine]
-            rates = [round(kept / tested, 3) if tested else None
-                     for tested, kept in position_rates(walks, 8)]
+            by_run = [(c["measured"], c["predicted"]) for c in calibration(walks)]
             table.append({"workload": workload, "k": k, "candidates": cand, "max_span": span,
-                          **summarize(walks, sum(n for _, n in mine)), "rates": rates})
+                          **summarize(walks, sum(n for _, n in mine)), "by_run": by_run})
     if args.json:
         json.dump(table, sys.stdout, indent=1)
         return 0
-    keys = [c for c in table[0] if c != "rates"] if table else []
-    print(" | ".join([*keys, "rate at positions 0..7"]))
+    keys = [c for c in table[0] if c != "by_run"] if table else []
+    print(" | ".join([*keys, "(measured, predicted) by run 0, 1, 2-3, 4-7, ... 64+"]))
     for row in table:
-        print(" | ".join([*(str(row[c]) for c in keys), str(row["rates"])]))
+        print(" | ".join([*(str(row[c]) for c in keys), str(row["by_run"])]))
     return 0
 
 

@@ -54,7 +54,7 @@ def cost_policy(curve: CostCurve) -> SpanPolicy:
     """Verify spans priced by `curve` and the session's acceptance (`choose_span`)."""
 
     def decide(proposal: Proposal, session: FillSession) -> SpanChoice:
-        rates = session.acceptance(proposal.origin)
+        rates = session.acceptance(proposal)
         return choose_span(curve.cost, rates, len(proposal.ids), curve.undo)
 
     return decide

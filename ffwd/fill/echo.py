@@ -15,10 +15,14 @@ Worked example (k=2)::
     Continuations: 5 -> c e a b ..., 1 -> c d a b ...
     Both say "c", then they fork (e vs d): propose [c], branch_stop=True.
     (The session rejects spans shorter than 2, so nothing is injected here.)
+    The run: the history before 9 matches the nearest occurrence's context
+    back to "c e" vs "c d" (ids 7 and 3 differ), so run = 2 ("a b").
 
 A lookup hashes one k-gram and walks at most `max_span` steps over at most
-`max_candidates` occurrences, so a push costs O(k + span) whatever the length
-of the history. The index keeps `index_max` ids; older ones are forgotten.
+`max_candidates` occurrences, and measures the run (how far back the history
+matches the nearest occurrence's context, at most `RUN_CAP`), so a push costs
+O(k + span) whatever the length of the history. The index keeps `index_max`
+ids; older ones are forgotten.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ffwd.fill.proposal import Proposal, TokenView
+
+RUN_CAP = 64  # the run a proposal reports is measured this far back at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +145,7 @@ class EchoSource:
         starts = [q + 1 for q in bucket if oldest <= q < end]
         if not starts:
             return None
+        starts_0 = starts[0]  # the nearest occurrence: its context measures the run
         # The walk stops at max_span; the session applies the budget so that
         # it can count the cut.
         limit = self.config.max_span
@@ -159,4 +166,13 @@ class EchoSource:
                 break
         if not span:
             return None
-        return Proposal(tuple(span), "verify", "echo", branch_stop=branch_stop)
+        run = self._run(end, starts_0)
+        return Proposal(tuple(span), "verify", "echo", branch_stop=branch_stop, run=run)
+
+    def _run(self, end: int, start: int) -> int:
+        """How many ids before `end` (inclusive) equal those before `start` (exclusive)."""
+        low = self.oldest
+        n = 0
+        while n < RUN_CAP and start - 1 - n >= low and self.at(end - n) == self.at(start - 1 - n):
+            n += 1
+        return n

@@ -35,13 +35,16 @@ class Proposal:
     """A claim that `ids` follow the current sequence, held under `policy`.
 
     `branch_stop` is set by the echo source when its span ended because the
-    history forked (several different continuations were seen).
+    history forked (several different continuations were seen). `run` is a copy
+    source's evidence: how many ids before the span already match the copied
+    passage (the longer, the likelier the copy goes on; `ffwd.fill.spans`).
     """
 
     ids: tuple[int, ...]
     policy: ProposalPolicy
     origin: ProposalOrigin
     branch_stop: bool = False
+    run: int = 0
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

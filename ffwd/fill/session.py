@@ -275,7 +275,7 @@ class FillSession:
             policy = proposal.policy
             if is_echo and len(ids) != len(proposal.ids) and ids[-1] not in self._delimiters:
                 policy = "verify"
-            out = Proposal(ids, policy, proposal.origin, proposal.branch_stop)
+            out = Proposal(ids, policy, proposal.origin, proposal.branch_stop, proposal.run)
             self._pending = out
             return out
         return None
@@ -296,7 +296,7 @@ class FillSession:
             checked = size if tested is None else max(n, min(tested, size))
             st.verify_accepted += n
             st.verify_rejected += checked - n
-            self._book.verified(proposal.origin, checked, n)
+            self._book.verified(proposal.origin, checked, n, proposal.run)
         if n == 0:
             return
         self._book.stop_following()
@@ -311,9 +311,10 @@ class FillSession:
             st.echo += n
         st.span_lens.append(n)
 
-    def acceptance(self, origin: str) -> list[float]:
-        """The running chance that each span position of `origin`'s proposals is kept."""
-        return self._book.rates(origin)
+    def acceptance(self, proposal: Proposal) -> list[float]:
+        """The running chance that each position of `proposal` is kept (its source's
+        estimate for a copy of its run, `ffwd.fill.spans`)."""
+        return self._book.rates(proposal.origin, proposal.run, len(proposal.ids))
 
     def decline(self, proposal: Proposal) -> None:
         """Instead of `commit`: the caller does not forward this verify proposal."""
@@ -321,7 +322,7 @@ class FillSession:
             raise RuntimeError("FillSession.decline of a proposal that is not pending")
         self._pending = None
         self.stats.declined += 1
-        self._book.declined(proposal.origin, proposal.ids)
+        self._book.declined(proposal.origin, proposal.ids, proposal.run)
 
     def note_verify_event(self, checkpoint_ms: float = 0.0) -> None:
         """A verify proposal reached the forward."""

@@ -43,17 +43,28 @@ from dataclasses import dataclass, field
 
 Cost = Callable[[int], float]  # ms for one forward of m ids
 
-# Acceptance a request starts from, per source and span position (the last
-# value holds for every later position). Echo's sits below the pooled rates of
-# `python -m ffwd.bench.acceptance --k 3` (0.66 at position 0): on llama.cpp, tools
-# with auto ran at 0.83x off with 0.65 and 0.97x with 0.5; a low start only costs a
-# few declined spans, which still teach the estimate.
-PRIORS: dict[str, tuple[float, ...]] = {"echo": (0.5, 0.8)}
+# Acceptance is estimated by the copy's run length (`run_bucket`: 0, 1, 2-3, 4-7,
+# 8-15, 16-31, 32-63, 64 and more ids already matching the copied passage), not by
+# the position in the span: a copy that has gone on for long tends to go on. The
+# prior a request starts from, per source and run bucket (the last value holds past
+# the end), sits below what `python -m ffwd.bench.acceptance` measures on the bench's
+# workloads, because an optimistic start costs forwards before the estimate learns.
+PRIORS: dict[str, tuple[float, ...]] = {"echo": (0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)}
 DEFAULT_PRIOR: tuple[float, ...] = (0.5,)
+RUN_BUCKETS = 8
 
 
 def prior_for(origin: str) -> tuple[float, ...]:
     return PRIORS.get(origin, DEFAULT_PRIOR)
+
+
+def run_bucket(run: int) -> int:
+    """The bucket of a run length: 0, 1, 2-3, 4-7, ... 64 and more.
+
+    >>> [run_bucket(r) for r in (0, 1, 2, 3, 4, 9, 40, 500)]
+    [0, 1, 2, 2, 3, 4, 6, 7]
+    """
+    return min(RUN_BUCKETS - 1, max(0, run).bit_length())
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,45 +167,46 @@ def chunk_sizes(n: int, cost: Cost, limit: int, points: Sequence[int] = POINTS) 
 
 
 class Acceptance:
-    """A running estimate of one source's acceptance at each span position.
+    """A running estimate of one source's acceptance in each run bucket.
 
-    Each position keeps decayed counts of trials and acceptances, blended with
-    a prior worth `weight` trials, so a new request starts from the prior and a
-    falling acceptance shows within a few observations.
+    A proposed id at span position j whose copy had run r ids before the span
+    falls in bucket ``run_bucket(r + j)``. Each bucket keeps decayed counts of
+    trials and acceptances, blended with a prior worth `weight` trials, so a
+    new request starts from the prior and a falling acceptance shows within a
+    few observations.
 
     >>> a = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0)
-    >>> a.record(tested=3, accepted=1)  # position 0 kept, position 1 rejected
-    >>> [round(r, 3) for r in a.rates()[:3]]
+    >>> a.record(tested=3, accepted=1, run=0)  # run 0 kept, run 1 rejected
+    >>> [round(r, 3) for r in a.rates(run=0, n=3)]
     [0.667, 0.533, 0.8]
     """
 
     def __init__(
         self, prior: Sequence[float], *, weight: float = 4.0, decay: float = 0.9,
-        positions: int = 32,
     ) -> None:
-        if not prior or weight <= 0 or not 0 < decay <= 1 or positions < 1:
-            raise ValueError("Acceptance: need a prior, weight > 0, 0 < decay <= 1, positions >= 1")
-        self._prior = [_rate(prior, j) for j in range(positions)]
+        if not prior or weight <= 0 or not 0 < decay <= 1:
+            raise ValueError("Acceptance: need a prior, weight > 0, 0 < decay <= 1")
+        self._prior = [_rate(prior, j) for j in range(RUN_BUCKETS)]
         self._weight = weight
         self._decay = decay
-        self._hits = [0.0] * positions
-        self._trials = [0.0] * positions
+        self._hits = [0.0] * RUN_BUCKETS
+        self._trials = [0.0] * RUN_BUCKETS
 
-    def rates(self) -> list[float]:
+    def rates(self, run: int = 0, n: int = RUN_BUCKETS) -> list[float]:
+        """The chance that each of `n` span positions is kept, after a run of `run`."""
         w = self._weight
-        return [
-            (h + w * p) / (t + w)
-            for h, t, p in zip(self._hits, self._trials, self._prior, strict=True)
-        ]
+        table = [(h + w * p) / (t + w)
+                 for h, t, p in zip(self._hits, self._trials, self._prior, strict=True)]
+        return [table[run_bucket(run + j)] for j in range(n)]
 
-    def record(self, tested: int, accepted: int) -> None:
+    def record(self, tested: int, accepted: int, run: int = 0) -> None:
         """`tested` positions were checked and the first `accepted` were kept."""
         for j in range(min(tested, accepted + 1)):
-            self.observe(j, j < accepted)
+            self.observe(run + j, j < accepted)
 
-    def observe(self, j: int, kept: bool) -> None:
-        """Position `j` was checked (its predecessors all kept) and was or was not kept."""
-        k = min(j, len(self._trials) - 1)
+    def observe(self, run: int, kept: bool) -> None:
+        """An id proposed after a run of `run` matching ids was or was not kept."""
+        k = run_bucket(run)
         self._trials[k] = self._trials[k] * self._decay + 1.0
         self._hits[k] = self._hits[k] * self._decay + (1.0 if kept else 0.0)
 
@@ -210,29 +222,28 @@ class AcceptanceBook:
     verified or injected span ends it, so no position is counted twice.
     """
 
-    positions: int = 32
     estimates: dict[str, Acceptance] = field(default_factory=dict)
-    _shadow: tuple[str, tuple[int, ...]] | None = None
+    _shadow: tuple[str, tuple[int, ...], int] | None = None  # origin, ids, run
     _pos: int = 0  # the followed proposal's next position
 
-    def rates(self, origin: str) -> list[float]:
-        return self._get(origin).rates()
+    def rates(self, origin: str, run: int = 0, n: int = RUN_BUCKETS) -> list[float]:
+        return self._get(origin).rates(run, n)
 
-    def verified(self, origin: str, tested: int, accepted: int) -> None:
+    def verified(self, origin: str, tested: int, accepted: int, run: int = 0) -> None:
         self._shadow = None
-        self._get(origin).record(tested, accepted)
+        self._get(origin).record(tested, accepted, run)
 
-    def declined(self, origin: str, ids: Sequence[int]) -> None:
+    def declined(self, origin: str, ids: Sequence[int], run: int = 0) -> None:
         if self._shadow is None:
-            self._shadow, self._pos = (origin, tuple(ids)), 0
+            self._shadow, self._pos = (origin, tuple(ids), run), 0
 
     def sampled(self, token_id: int) -> None:
         """The model sampled `token_id`: score the followed proposal's next position."""
         if self._shadow is None:
             return
-        origin, ids = self._shadow
+        origin, ids, run = self._shadow
         kept = token_id == ids[self._pos]
-        self._get(origin).observe(self._pos, kept)
+        self._get(origin).observe(run + self._pos, kept)
         self._pos += 1
         if not kept or self._pos == len(ids):
             self._shadow = None
@@ -243,5 +254,5 @@ class AcceptanceBook:
     def _get(self, origin: str) -> Acceptance:
         est = self.estimates.get(origin)
         if est is None:
-            est = self.estimates[origin] = Acceptance(prior_for(origin), positions=self.positions)
+            est = self.estimates[origin] = Acceptance(prior_for(origin))
         return est

@@ -146,3 +146,14 @@ def test_bad_config_raises() -> None:
         echo_config(k=1)
     with pytest.raises(ValueError, match="max_candidates"):
         echo_config(max_candidates=0)
+
+
+def test_a_proposal_reports_how_long_its_copy_has_run() -> None:
+    # The docstring's example: "a b" matches back to "c e" vs "c d": a run of 2.
+    assert echo([1, 2, 3, 4, 1, 2, 3, 5, 1, 2]).propose(View()).run == 2  # type: ignore[union-attr]
+    # A re-quote four ids in: the history matches the passage back to where it began.
+    p = echo([9, 1, 2, 3, 4, 5, 6, 7, 1, 2, 3, 4], max_candidates=1).propose(View())
+    assert p is not None and p.ids[:3] == (5, 6, 7) and p.run == 4
+    # A copy of a passage that repeats a longer context runs as far as that context.
+    p = echo([8, 1, 2, 3, 4, 5, 8, 1, 2, 3], max_candidates=1).propose(View())
+    assert p is not None and p.run == 4

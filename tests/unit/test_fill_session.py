@@ -432,16 +432,16 @@ def test_a_source_without_observe_is_asked_and_never_observed() -> None:
 def test_decline_counts_and_keeps_learning_from_samples() -> None:
     src = ListSource([5, 6, 7])
     s = session(sources=[src])
-    before = s.acceptance("echo")
     p = s.push(1)
     assert p is not None and p.policy == "verify"
+    before = s.acceptance(p)
     with pytest.raises(RuntimeError, match="not pending"):
         s.decline(Proposal((5, 6), "verify", "echo"))
     s.decline(p)
     assert s.stats.declined == 1 and s.stats.verify_rejected == 0
     assert s.length == 2  # nothing entered the history
     q = s.push(5)  # the model sampled what position 0 proposed
-    assert s.acceptance("echo")[0] > before[0]
+    assert s.acceptance(p)[0] > before[0]
     assert q is not None
     s.commit(q, 0, tested=1)  # a probe rejected at position 0
     assert s.stats.verify_rejected == 1 and s.stats.verify_accepted == 0
@@ -453,7 +453,7 @@ def test_commit_tested_limits_what_counts_as_rejected() -> None:
     assert p is not None
     s.commit(p, 1, tested=2)
     assert (s.stats.verify_accepted, s.stats.verify_rejected) == (1, 1)
-    rates = s.acceptance("echo")
+    rates = s.acceptance(p)
     assert rates[0] > rates[1] or rates[1] < 0.8  # position 1 learned a rejection
 
 

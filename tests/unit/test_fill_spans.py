@@ -89,24 +89,34 @@ def test_chunk_sizes_follow_the_curve() -> None:
 
 
 def test_acceptance_record_and_prior() -> None:
-    acc = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0, positions=4)
-    assert acc.rates() == [0.5, 0.8, 0.8, 0.8]
-    acc.record(tested=3, accepted=1)
-    assert acc.rates()[:3] == pytest.approx([2 / 3, 1.6 / 3, 0.8])
-    acc.record(tested=2, accepted=2)  # both positions kept, nothing rejected
-    assert acc.rates()[1] == pytest.approx((1 + 1.6) / 4)
-    acc.record(tested=9, accepted=9)  # positions past the table share the last slot
-    assert acc.rates()[3] > 0.8
+    acc = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0)
+    assert acc.rates(run=0, n=4) == [0.5, 0.8, 0.8, 0.8]
+    acc.record(tested=3, accepted=1)  # runs 0 and 1 were tested: 0 kept, 1 rejected
+    assert acc.rates(run=0, n=3) == pytest.approx([2 / 3, 1.6 / 3, 0.8])
+    acc.record(tested=2, accepted=2, run=1)  # runs 1 and 2 kept
+    assert acc.rates(run=1, n=2) == pytest.approx([(1 + 1.6) / 4, (1 + 1.6) / 3])
+    # A span's positions read the buckets its run reaches: a copy 4 ids in reads bucket 3.
+    acc.record(tested=9, accepted=9, run=40)
+    assert acc.rates(run=40, n=1)[0] > 0.8 and acc.rates(run=4, n=1)[0] == 0.8
+
+
+def test_a_long_run_earns_more_than_a_fresh_match() -> None:
+    acc = Acceptance(prior=(0.5,), weight=1.0, decay=1.0)
+    for _ in range(10):
+        acc.record(tested=3, accepted=0, run=2)  # fresh matches fail at once
+        acc.record(tested=8, accepted=8, run=20)  # long copies go on
+    fresh, long = acc.rates(run=2, n=3), acc.rates(run=20, n=3)
+    assert max(fresh[:2]) < 0.2 and min(long) > 0.9
 
 
 def test_acceptance_forgets_with_decay() -> None:
     acc = Acceptance(prior=[0.5], weight=0.2, decay=0.5)
     for _ in range(20):
         acc.record(tested=1, accepted=0)
-    low = acc.rates()[0]
+    low = acc.rates(n=1)[0]
     for _ in range(5):
         acc.record(tested=1, accepted=1)
-    assert low < 0.1 and acc.rates()[0] > 0.8
+    assert low < 0.1 and acc.rates(n=1)[0] > 0.8
 
 
 def test_acceptance_rejects_bad_settings() -> None:
@@ -117,27 +127,27 @@ def test_acceptance_rejects_bad_settings() -> None:
 
 
 def test_book_learns_from_a_declined_proposal_while_the_model_samples() -> None:
-    book = AcceptanceBook(positions=8)
-    prior = book.rates("echo")
-    book.declined("echo", (5, 6, 7))
-    book.sampled(5)  # position 0 would have been kept
-    book.sampled(9)  # position 1 would have been rejected
-    rates = book.rates("echo")
+    book = AcceptanceBook()
+    prior = book.rates("echo", run=0, n=3)
+    book.declined("echo", (5, 6, 7), run=0)
+    book.sampled(5)  # position 0 (run 0) would have been kept
+    book.sampled(9)  # position 1 (run 1) would have been rejected
+    rates = book.rates("echo", run=0, n=3)
     assert rates[0] > prior[0] and rates[1] < prior[1] and rates[2] == prior[2]
     book.sampled(6)  # no longer followed
-    assert book.rates("echo") == rates
+    assert book.rates("echo", run=0, n=3) == rates
 
 
 def test_book_follows_one_declined_proposal_and_a_verify_settles_it() -> None:
-    book = AcceptanceBook(positions=8)
-    prior = book.rates("echo")
-    book.declined("echo", (5, 6, 7))
-    book.declined("echo", (6, 7, 8))  # the same copy one step later: not counted twice
+    book = AcceptanceBook()
+    prior = book.rates("echo", run=8, n=3)
+    book.declined("echo", (5, 6, 7), run=8)
+    book.declined("echo", (6, 7, 8), run=9)  # the same copy one step later: not counted twice
     book.sampled(5)
-    book.verified("echo", tested=2, accepted=2)  # ends the follow
+    book.verified("echo", tested=2, accepted=2, run=9)  # ends the follow
     book.sampled(0)  # not scored against the declined span any more
-    rates = book.rates("echo")
-    a = Acceptance(prior_for("echo"), positions=8)
-    a.observe(0, True)
-    a.record(2, 2)
-    assert rates == a.rates() and rates[0] > prior[0]
+    rates = book.rates("echo", run=8, n=3)
+    a = Acceptance(prior_for("echo"))
+    a.observe(8, True)
+    a.record(2, 2, run=9)
+    assert rates == a.rates(run=8, n=3) and rates[0] > prior[0]
