@@ -255,6 +255,14 @@ def cache_dir(env: Mapping[str, str] | None = None) -> Path:
 #     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1               512
 #     FFWD_CONTEXT        llama.cpp context ids, 0 = the model's (<= 8192)   0
 #     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr            0
+#     FFWD_KV_CACHE       llama.cpp's cache: auto|q8_0|f16|bf16              auto
+#
+# The KV cache's type decides which attention kernel llama.cpp runs: with an f16
+# cache a one-id forward splits its attention over the threads (past 256 ids) and
+# a batch of 64 or more takes a tiled kernel, so both round differently from the
+# rest; with q8_0 (or bf16) every forward takes the same per-row kernel, and greedy
+# output no longer depends on fill or on the prompt cache (ffwd.bench.agreement).
+# auto: q8_0 where the model's head sizes fit its 32-value blocks, else bf16.
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -270,6 +278,9 @@ def resolve_device(raw: object) -> str:
     raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
 
 
+KvCache = Literal["auto", "q8_0", "f16", "bf16"]
+KV_CACHES: tuple[KvCache, ...] = ("auto", "q8_0", "f16", "bf16")
+
 BackendKind = Literal["auto", "llamacpp", "transformers"]
 BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
 resolve_backend: Callable[[object], BackendKind] = choice("FFWD_BACKEND", BACKENDS)
@@ -283,6 +294,7 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "prefill_chunk": ("FFWD_PREFILL_CHUNK", int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
     "context": ("FFWD_CONTEXT", int_in("FFWD_CONTEXT", 0, 1 << 24)),
     "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
+    "kv_cache": ("FFWD_KV_CACHE", choice("FFWD_KV_CACHE", KV_CACHES)),
 }
 
 
@@ -297,6 +309,7 @@ class EngineConfig:
     prefill_chunk: int = 512
     context: int = 0
     llamacpp_log: bool = False
+    kv_cache: KvCache = "auto"
 
 
 def resolve_engine_config(

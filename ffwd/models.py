@@ -213,6 +213,7 @@ def load_backend(
     threads: int = 0,
     context: int = 0,
     llamacpp_log: bool = False,
+    kv_cache: str = "auto",
     tokenizer: Any = None,
     measure_cost: bool = False,
 ) -> Any:
@@ -227,14 +228,13 @@ def load_backend(
     if engine_for(ref, backend, dev) == "llamacpp":
         from ffwd.engine.llamacpp import LlamaCppBackend
 
-        engine = LlamaCppBackend(
-            ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk, log=llamacpp_log
-        )
+        engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
+                                 log=llamacpp_log, kv_cache=kv_cache)
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
         # The GGUF file fixes the weights' types, and the cache key names the file.
-        engine.cost = load_or_measure(
-            engine, cost_curve_path(ref, "llamacpp", "gguf", "cpu", engine.threads), measure_cost)
+        path = cost_curve_path(ref, "llamacpp", engine.dtype_name, "cpu", engine.threads)
+        engine.cost = load_or_measure(engine, path, measure_cost)
         return engine
     import torch
 

@@ -1,7 +1,7 @@
 """How often a batched forward and one-id forwards pick the same greedy id.
 
     python -m ffwd.bench.agreement [--model default|gemma3|PATH] [--backend auto|...]
-        [--threads 1,2] [--span 16] [--tokens 320] [--prompts 3] [--json]
+        [--threads 1,2] [--kv-cache auto,f16] [--span 16] [--tokens 320] [--prompts 3]
 
 Fill appends several ids per forward where plain decoding appends one, so
 greedy fill equals greedy off exactly where the engine gives the same logits
@@ -9,8 +9,11 @@ both ways. For each prompt this decodes `tokens` ids greedily one at a time
 (end ids masked, so every prompt runs the full length), then replays the
 same ids in forwards of `span` and compares, position by position, the argmax
 and the logits of the two. Positions are reported by how many ids the cache
-held, below and from `SPLIT` (llama.cpp's one-id decode changes its attention
-kernel as the cache grows).
+held, below and from `SPLIT` (with an f16 KV cache llama.cpp's one-id decode
+changes its attention kernel as the cache grows). The prompt cache changes how
+a prompt is prefilled: ``prefill`` compares the last row of a cold prefill of
+the whole sequence with warm ones that reuse all but the last 1, 2, 16, 64 or
+513 ids, and with the one-id decode's row at that position.
 """
 
 from __future__ import annotations
@@ -74,13 +77,37 @@ def compare(single: torch.Tensor, multi: torch.Tensor, cached: Sequence[int]) ->
     return out
 
 
+WARM = (1, 2, 16, 64, 513)  # ids a warm prefill forwards after what it reuses
+
+
+def prefill_rows(backend: Any, seq: list[int]) -> dict[str, torch.Tensor]:
+    """The last row of `seq` prefilled cold, and warm from each reuse point in `WARM`."""
+    backend.reset()
+    backend.prefill(seq)
+    rows = {"cold": backend.last_logits.clone()}
+    for rest in (r for r in WARM if r < len(seq)):
+        backend.reset()
+        backend.prefill(seq[: len(seq) - rest])
+        backend.prefill(seq)  # reuses all but `rest` ids, as the prompt cache does
+        rows[f"warm-{rest}"] = backend.last_logits.clone()
+    return rows
+
+
 def measure(backend: Any, prompts: Sequence[list[int]], tokens: int, span: int) -> dict[str, Any]:
-    """`compare` summed over `prompts`."""
-    total = {k: {"positions": 0, "flips": 0, "max_abs_diff": 0.0} for k in ("below", "from")}
+    """`compare` summed over `prompts`, and the prefill comparison."""
+    total: dict[str, Any] = {k: {"positions": 0, "flips": 0, "max_abs_diff": 0.0}
+                             for k in ("below", "from", "prefill")}
     for prompt in prompts:
         ids, single = greedy_one_by_one(backend, prompt, tokens)
         multi = batched(backend, prompt, ids, span)
         part = compare(single, multi, [len(prompt) + i for i in range(tokens)])
+        rows = prefill_rows(backend, [*prompt, *ids[:-1]])
+        cold = rows.pop("cold")
+        others = [single[-1], *rows.values()]  # one-id decode's row there, and each warm one
+        part["prefill"] = {
+            "positions": len(others),
+            "flips": sum(int(r.argmax() != cold.argmax()) for r in others),
+            "max_abs_diff": round(max(float((r - cold).abs().max()) for r in others), 4)}
         for k, v in part.items():
             t = total[k]
             t["positions"] += v["positions"]
@@ -89,12 +116,12 @@ def measure(backend: Any, prompts: Sequence[list[int]], tokens: int, span: int) 
     return total
 
 
-def _backend(ref: Any, engine: str, dtype: str, threads: int) -> Any:
+def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str) -> Any:
     """A bare backend (no cost curve: nothing here sizes spans by it)."""
     if engine == "llamacpp":
         from ffwd.engine.llamacpp import LlamaCppBackend
 
-        return LlamaCppBackend(ref.path, threads=threads)
+        return LlamaCppBackend(ref.path, threads=threads, kv_cache=kv_cache)
     from ffwd.engine.hf import HFBackend
     from ffwd.models import load_model
 
@@ -112,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--dtype", default="float32", help="transformers only")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    p.add_argument("--kv-cache", default="auto", help="llama.cpp: comma-separated KV types")
     p.add_argument("--span", type=int, default=16, help="ids per batched forward")
     p.add_argument("--tokens", type=int, default=320, help="greedy ids per prompt")
     p.add_argument("--prompts", type=int, default=3, help=f"how many (at most {len(PROMPTS)})")
@@ -122,14 +150,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = [encode_prompt(tok, q) for q in PROMPTS[: args.prompts]]  # as served
     engine = engine_for(ref, args.backend)
     report: dict[str, Any] = {"model": ref.name, "backend": engine, "span": args.span, "runs": []}
-    for threads in (int(t) for t in args.threads.split(",")):
-        backend = _backend(ref, engine, args.dtype, threads)
+    kinds = args.kv_cache.split(",") if engine == "llamacpp" else ["-"]
+    for threads, kv in ((int(t), k) for t in args.threads.split(",") for k in kinds):
+        backend = _backend(ref, engine, args.dtype, threads, kv)
         result = measure(backend, prompts, args.tokens, args.span)
-        report["runs"].append({"threads": threads, **result})
+        report["runs"].append({"threads": threads, "kv_cache": kv, **result})
         if not args.json:
             for k, v in result.items():
                 rate = 1 - v["flips"] / v["positions"] if v["positions"] else float("nan")
-                print(f"{ref.name} {engine} threads={threads} cache {k} {SPLIT}: "
+                where = "prefill cold vs warm/one-id" if k == "prefill" else f"cache {k} {SPLIT}"
+                print(f"{ref.name} {engine} threads={threads} kv={kv} {where}: "
                       f"{v['positions'] - v['flips']}/{v['positions']} argmax agree "
                       f"({rate:.2%}), max |logit diff| {v['max_abs_diff']}")
     if args.json:

@@ -226,7 +226,7 @@ def environment(
 
     from ffwd.engine.llamacpp import system_info
 
-    dtype = "the GGUF file's own" if backend.dtype_name == "gguf" else backend.dtype_name
+    dtype = backend.dtype_name  # llama.cpp: gguf-kv-<the KV cache's type>
     env = {
         "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads,
         "python": platform.python_version(), "torch": torch.__version__,

@@ -16,6 +16,7 @@ from ffwd.config import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
     FILL_MODES,
+    KV_CACHES,
     ROUTERS,
     SERVER_DEFAULT_FILL,
     EngineConfig,
@@ -76,6 +77,10 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--context", default=None,
                    help="llama.cpp context in ids, 0 = the model's up to 8192 (FFWD_CONTEXT; "
                    "default: 0)")
+    p.add_argument("--kv-cache", default=None, choices=KV_CACHES,
+                   help="llama.cpp's KV cache type; auto (q8_0, or bf16 where the heads' "
+                   "sizes do not fit q8_0) makes greedy output independent of fill and of the "
+                   "prompt cache, f16 does not (FFWD_KV_CACHE; default: auto)")
 
 
 def _fill_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,7 +147,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
     }, default_mode=SERVER_DEFAULT_FILL)
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
-        "threads": args.threads, "context": args.context,
+        "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="auto|float32|bfloat16, transformers only (FFWD_DTYPE)")
     parser.add_argument("--device", default=None, help="auto|cpu|cuda (FFWD_DEVICE)")
     parser.add_argument("--threads", default=None, help="compute threads (FFWD_THREADS)")
+    parser.add_argument("--kv-cache", default=None,
+                        help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
     parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
     parser.add_argument("--tool-format", default=None,
                         help="template choice as in `ffwd serve` (default: detected)")
@@ -50,7 +52,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         engine = resolve_engine_config(overrides={
             "backend": args.backend, "dtype": args.dtype, "device": args.device,
-            "threads": args.threads,
+            "threads": args.threads, "kv_cache": args.kv_cache,
         })
         fill = resolve_fill_config(
             overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}

@@ -29,6 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default=None, help="auto|float32|bfloat16|float16 (FFWD_DTYPE)")
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
     p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
+    p.add_argument("--kv-cache", default=None, help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -38,24 +39,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
-    from ffwd.models import (
-        engine_for,
-        load_tokenizer,
-        resolve_device,
-        resolve_dtype,
-        resolve_model,
-    )
+    from ffwd.models import engine_for, load_tokenizer, resolve_device, resolve_model
     from ffwd.templates.render import model_template, resolve_template
 
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
-        "threads": args.threads})
+        "threads": args.threads, "kv_cache": args.kv_cache})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
     device = resolve_device(engine.device)
     backend = engine_for(ref, engine.backend, device)
-    dtype = ("the GGUF file's own" if backend == "llamacpp"
-             else str(resolve_dtype(engine.dtype, device)).removeprefix("torch."))
+    dtype = _dtype(backend, engine, device)
     tokenizer = load_tokenizer(ref)
     template, tool_format = resolve_template(tokenizer, args.tool_format)
     promised, promise = greedy_promise(backend, device, dtype, _thread_count(engine.threads))
@@ -63,8 +57,8 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         from ffwd.models import load_backend
 
         load_backend(ref, backend=backend, dtype=engine.dtype, device=device,
-                     threads=engine.threads, context=engine.context, tokenizer=tokenizer,
-                     measure_cost=True)
+                     threads=engine.threads, context=engine.context, kv_cache=engine.kv_cache,
+                     tokenizer=tokenizer, measure_cost=True)
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -73,21 +67,34 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "size": f"{ref.path.stat().st_size / 2**20:.1f} MiB" if ref.path.is_file() else None,
         "backend": backend,
         "device": device,
-        "dtype": f"{dtype} ({engine.dtype})" if engine.dtype == "auto" and backend != "llamacpp"
-        else dtype,
+        "dtype": _dtype_text(backend, engine, dtype),
         "threads": _threads(engine.threads),
         "template": "the model's own" if template == model_template(tokenizer)
         else f"builtin {tool_format} (the model's own has no tool calls)",
         "tool_format": tool_format,
         "context_window": _context_window(ref, backend, engine.context),
         "vocab_size": len(tokenizer),
-        "cost_curve": _cost_curve(ref, backend, "gguf" if backend == "llamacpp" else dtype,
-                                  device, _thread_count(engine.threads)),
+        "cost_curve": _cost_curve(ref, backend, dtype, device, _thread_count(engine.threads)),
         "fill_served": fill.mode,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
     }
+
+
+def _dtype(backend: str, engine: Any, device: str) -> str:
+    """The name the backend gives its weights' type (llama.cpp: the file's and its cache's)."""
+    from ffwd.models import resolve_dtype
+
+    if backend == "llamacpp":
+        return f"gguf-kv-{engine.kv_cache}"
+    return str(resolve_dtype(engine.dtype, device)).removeprefix("torch.")
+
+
+def _dtype_text(backend: str, engine: Any, dtype: str) -> str:
+    if backend == "llamacpp":
+        return f"the GGUF file's own, KV cache {engine.kv_cache}"
+    return f"{dtype} ({engine.dtype})" if engine.dtype == "auto" else dtype
 
 
 def _thread_count(requested: int) -> int:

@@ -21,13 +21,20 @@ What the cache can do:
   `save_state`/`load_state` (the prompt cache) use the same copy on every
   model.
 
-Fidelity: on the CPU a batched forward and one-id forwards give the same
-logits for Q4_1 weights until the cache spans 512 cells (256 ids); past that,
-with two or more threads, a one-id forward splits its attention over the
-threads (ggml's split-KV flash attention) and rounds differently, by up to
-~1.4 logits on the embedded model, so greedy fill can part from plain
-decoding at a near tie (2 % of positions with 2 threads). With one thread
-they agreed at every length tried (`ffwd.bench.agreement`).
+Fidelity: ggml's CPU flash attention has three kernels. With an f16 cache, a
+one-id forward over 512 cells or more (257 ids on) splits the KV range over
+the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel;
+both round differently from the per-row kernel every other forward takes (by
+up to ~1.5 logits on the embedded model), so greedy output could change with
+fill and with the prompt cache's state, on any number of threads. A q8_0 (or
+bf16) cache rules both out: every forward takes the per-row kernel, and on the
+embedded Q4_1 model one-id, batched, cold and warm forwards agree exactly at
+every length tried (`ffwd.bench.agreement`). ``auto`` (``FFWD_KV_CACHE``) takes
+q8_0 where the heads' sizes fit its 32-value blocks, else bf16: q8_0 halves the
+cache, keeps a one-id step as fast, and costs ~15% on 16-id forwards and ~1.5x
+on long cold prefills (no tiled kernel).
+Weights whose batched matmuls round differently from one-id ones (other
+quantizations) can still differ; `ffwd.bench.agreement` measures any model.
 
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
@@ -51,6 +58,8 @@ from ffwd.engine.cost import CostCurve
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
+KV_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's type ids for the KV cache
+Q8_BLOCK = 32  # q8_0 packs 32 values: a head's size must be a multiple
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,18 +120,42 @@ def _load_model(lib: Any, path: str) -> Any:
     return model
 
 
-def _new_context(lib: Any, model: Any, n_ctx: int, n_batch: int, threads: int) -> Any:
+def kv_type(lib: Any, model: Any, kv_cache: str) -> str:
+    """The KV cache type `kv_cache` asks for; ``auto`` is q8_0 where the model's key and
+    value heads fit its blocks, else bf16 (both keep every forward on one kernel)."""
+    if kv_cache != "auto":
+        return kv_cache
+    heads = [_head_size(lib, model, key) for key in ("key_length", "value_length")]
+    return "q8_0" if all(h % Q8_BLOCK == 0 for h in heads) else "bf16"
+
+
+def _head_size(lib: Any, model: Any, key: str) -> int:
+    arch, value = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)
+    if lib.llama_model_meta_val_str(model, b"general.architecture", arch, 64) > 0:
+        name = arch.value + b".attention." + key.encode()
+        if lib.llama_model_meta_val_str(model, name, value, 64) > 0:
+            return int(value.value)
+    return int(lib.llama_model_n_embd(model)) // max(1, int(lib.llama_model_n_head(model)))
+
+
+def _new_context(
+    lib: Any, model: Any, n_ctx: int, n_batch: int, threads: int, kv_cache: str
+) -> Any:
     params = lib.llama_context_default_params()
     params.n_ctx = n_ctx
     params.n_batch = params.n_ubatch = n_batch
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = threads
     params.swa_full = True  # see the module docstring
+    # The cache's type picks the attention kernel (see the module docstring); flash
+    # attention stays on auto, which a quantized V cache turns on.
+    params.type_k = params.type_v = KV_TYPES[kv_cache]
     params.no_perf = True
     ctx = lib.llama_init_from_model(model, params)
     if not ctx:
         lib.llama_model_free(model)
-        raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} ids")
+        raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} ids with a "
+                           f"{kv_cache} KV cache (FFWD_LLAMACPP_LOG=1 shows why)")
     return ctx
 
 
@@ -140,7 +173,6 @@ class LlamaCppBackend(CacheBookkeeping):
 
     engine = "llama.cpp"
     device = torch.device("cpu")
-    dtype_name = "gguf"  # the file's own types
 
     def __init__(
         self,
@@ -150,9 +182,12 @@ class LlamaCppBackend(CacheBookkeeping):
         threads: int = 0,
         n_batch: int = 512,
         log: bool = False,
+        kv_cache: str = "auto",
     ) -> None:
-        if n_batch < 1 or n_ctx < 0 or threads < 0:
-            raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}: out of range")
+        if n_batch < 1 or n_ctx < 0 or threads < 0 or kv_cache not in (*KV_TYPES, "auto"):
+            raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}, "
+                             f"kv_cache={kv_cache!r}: out of range")
+        self.kv_cache = kv_cache  # the setting (the cost curve's cache key names it)
         self.path = os.fspath(path)
         lib = self._lib = init_llama(log)
         model = _load_model(lib, self.path)
@@ -164,7 +199,8 @@ class LlamaCppBackend(CacheBookkeeping):
         self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
         self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
         self.threads = threads or torch.get_num_threads()
-        self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads)
+        self.kv_type = kv_type(lib, model, kv_cache)
+        self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         for i in range(n_batch):  # every row belongs to the one sequence
@@ -187,6 +223,11 @@ class LlamaCppBackend(CacheBookkeeping):
         return bytes(text or b"").decode("utf-8", errors="replace")
 
     # --- facts ----------------------------------------------------------
+    @property
+    def dtype_name(self) -> str:
+        """The weights' types are the file's own; the KV cache's is the setting's."""
+        return f"gguf-kv-{self.kv_cache}"
+
     @property
     def context_window(self) -> int:
         return self.n_ctx

@@ -14,20 +14,27 @@ from ffwd.engine.backend import Backend
 
 def greedy_promise(engine: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
     """Whether greedy output is independent of how ids are batched into forwards, and why.
+    For llama.cpp, `dtype` names the KV cache (``gguf-kv-q8_0``: `LlamaCppBackend.dtype_name`).
 
     >>> greedy_promise("transformers", "cpu", "float32")[0]
     True
     >>> greedy_promise("transformers", "cpu", "bfloat16")[1][:3]
     'no:'
+    >>> greedy_promise("llamacpp", "cpu", "gguf-kv-q8_0", 2)[0]
+    True
     """
     if engine in ("llamacpp", "llama.cpp"):
-        if threads == 1:
-            return True, ("yes: llama.cpp on one thread; greedy output is the same with fill on "
-                          "or off and with a cold or a warm prompt cache")
-        return False, ("no: past 256 ids of context llama.cpp splits a one-id forward's "
-                       "attention across threads and rounds it differently from a batched "
-                       "forward, so greedy output can change with fill on/off and with the "
-                       "prompt-cache state (exact with --threads 1, or below 256 ids)")
+        if not dtype.endswith("kv-f16"):
+            return True, ("yes, for the embedded model's Q4_1 weights: with a q8_0 (or bf16) "
+                          "KV cache every llama.cpp forward takes the same attention kernel, so "
+                          "greedy output is the same with fill on or off and with a cold or a "
+                          "warm prompt cache, on any number of threads (other weight types may "
+                          "round batched matmuls differently: python -m ffwd.bench.agreement "
+                          "measures a model)")
+        return False, ("no: with an f16 KV cache llama.cpp splits a one-id forward's attention "
+                       "across threads past 256 ids and runs batches of 64 ids or more through "
+                       "a tiled kernel, so greedy output can change with fill on/off and with "
+                       "the prompt-cache state (--kv-cache q8_0, the default, is exact)")
     if engine == "transformers" and device == "cpu" and dtype == "float32":
         return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "
                       "with a cold or a warm prompt cache")

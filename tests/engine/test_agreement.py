@@ -28,3 +28,5 @@ def test_batched_and_one_id_forwards_agree_on_every_position(case: str) -> None:
     below = result["below"]
     assert (below["positions"], below["flips"], result["from"]["positions"]) == (60, 0, 0)
     assert below["max_abs_diff"] < 0.05
+    # The one-id row and the warm prefills (all but 1, 2 and 16 ids reused) against a cold one.
+    assert result["prefill"]["positions"] == 2 * 4 and result["prefill"]["flips"] == 0

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from ffwd.bench import agreement
 from ffwd.cli import main as ffwd_main
 from ffwd.config import FillConfig
 from ffwd.engine.generate import generate
@@ -61,6 +62,20 @@ def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
     assert set(default_eos_ids(tokenizer)) <= b.eos_ids
     with pytest.raises(ValueError, match="not the same vocabulary"):
         check_vocab(b, load_tokenizer("gemma3"), "default")
+
+
+def test_the_default_engine_gives_the_same_logits_however_ids_are_batched(
+    tokenizer: Any,
+) -> None:
+    # The default configuration (llama.cpp, its default threads and KV cache): one-id
+    # forwards, 16-id forwards, and cold and warm prefills give bit-identical logits, past
+    # the 256 ids where an f16 cache splits a one-id forward's attention over the threads.
+    backend = load_backend("default", tokenizer=tokenizer)
+    prompt = encode_prompt(tokenizer, agreement.PROMPTS[0])
+    result = agreement.measure(backend, [prompt], tokens=320, span=16)
+    assert result["from"]["positions"] > 64
+    for part in ("below", "from", "prefill"):
+        assert (result[part]["flips"], result[part]["max_abs_diff"]) == (0, 0.0), part
 
 
 def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:

@@ -30,10 +30,11 @@ def test_greedy_promise(device: str, dtype: str, promised: bool) -> None:
     assert ok is promised and text.startswith("yes:" if promised else "no:")
 
 
-def test_greedy_promise_on_llama_cpp_holds_on_one_thread() -> None:
-    assert greedy_promise("llamacpp", "cpu", "gguf", threads=1)[0] is True
-    ok, text = greedy_promise("llamacpp", "cpu", "gguf", threads=2)
-    assert ok is False and "--threads 1" in text
+def test_greedy_promise_on_llama_cpp_follows_the_kv_cache() -> None:
+    for kv in ("auto", "q8_0", "bf16"):
+        assert greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", threads=2)[0] is True
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16", threads=1)
+    assert ok is False and "--kv-cache" in text
 
 
 def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,7 +44,7 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     assert info["model"] == "SmolLM2-135M-Instruct" and Path(info["path"]).is_file()
     assert info["path"].endswith(".gguf") and info["size"].endswith("MiB")
     assert (info["backend"], info["device"], info["dtype"], info["threads"]) == (
-        "llamacpp", "cpu", "the GGUF file's own", "1")  # auto: the GGUF runs on llama.cpp
+        "llamacpp", "cpu", "the GGUF file's own, KV cache auto", "1")  # auto: llama.cpp
     assert info["tool_format"] == "hermes" and info["template"].startswith("builtin hermes")
     assert info["context_window"] == 8192 and info["vocab_size"] == 49152
     assert info["fill_served"] in ("off", "strict", "echo")
@@ -101,7 +102,7 @@ def test_info_reports_the_cost_curve_once_measured(
     argv = ["info", "--json", "--device", "cpu", "--threads", "2"]
     assert ffwd_main(argv) == 0
     assert json.loads(capsys.readouterr().out)["cost_curve"].startswith("not measured yet")
-    assert seen == [("llamacpp", "gguf", "cpu", 2)]  # the key the loader caches it under
+    assert seen == [("llamacpp", "gguf-kv-auto", "cpu", 2)]  # the key the loader uses
     curve = CostCurve({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
     (tmp_path / "curve.json").write_text(json.dumps(curve.as_dict()))
     assert ffwd_main(argv) == 0
