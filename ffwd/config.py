@@ -13,6 +13,8 @@ No other module in the package reads `os.environ`.
     FFWD_FILL_INDEX_MAX         ids the echo index remembers, >= 1024     131072
     FFWD_FILL_TRACE             1 (checks) or a .jsonl path (records)     off
     FFWD_GRAMMAR                on|off: constrain tool calls by grammar   on
+    FFWD_FILL_RECALL            on|off: echo from earlier outputs too     on
+    FFWD_FILL_RECALL_BYTES      the earlier outputs' index, 0 = none      64 MiB
     FFWD_CACHE_DIR              converted models and tokenizers           ~/.cache/ffwd
 
 A request's ``ffwd`` object may override the fill settings (`FillConfig.for_request`),
@@ -72,12 +74,15 @@ _FILL_SETTINGS: dict[str, tuple[str, Parser]] = {
     "index_max": ("FFWD_FILL_INDEX_MAX", int_in("FFWD_FILL_INDEX_MAX", 1024, 1 << 24)),
     "trace": ("FFWD_FILL_TRACE", trace_target),
     "grammar": ("FFWD_GRAMMAR", flag("FFWD_GRAMMAR", "on or off (or 1/0)")),
+    "recall": ("FFWD_FILL_RECALL", flag("FFWD_FILL_RECALL", "on or off (or 1/0)")),
+    "recall_bytes": ("FFWD_FILL_RECALL_BYTES",
+                     int_in("FFWD_FILL_RECALL_BYTES", 0, 1 << 40)),
 }
 _FILL_ALIASES = {"fill": "mode"}
 # The JSON type each request override must have (strict: no "8" for 8, no true for 1).
 REQUEST_FILL_TYPES: dict[str, type] = {
     "fill": str, "max_span": int, "append_chunk_size": int, "k": int, "candidates": int,
-    "index_max": int, "trace": bool, "grammar": bool,
+    "index_max": int, "trace": bool, "grammar": bool, "recall": bool,
 }
 
 
@@ -95,6 +100,10 @@ class FillConfig:
     trace: str | bool = False
     # Tool calls under a grammar (ffwd.grammar); response_format is constrained either way.
     grammar: bool = True
+    # Echo also copies from earlier requests' outputs (ffwd.fill.recall), in an index of
+    # at most `recall_bytes` per server (0: none); a request may switch it off.
+    recall: bool = True
+    recall_bytes: int = 64 << 20
 
     @property
     def strict_rows(self) -> bool:

@@ -16,7 +16,8 @@ from typing import Literal
 
 from ffwd.templates.formats.base import Delta
 
-TokenOrigin = Literal["sampled", "template", "schema", "grammar", "echo", "ngram", "mtp"]
+TokenOrigin = Literal[
+    "sampled", "template", "schema", "grammar", "echo", "recall", "ngram", "mtp"]
 # stop: the model ended (EOS) or a stop string matched; tool_calls: it ended with calls
 # (or reached the calls it may make); length: max_tokens; cancelled: the client left.
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]

@@ -31,7 +31,15 @@ from ffwd.engine.events import FinishReason, TokenEvent, TokenOrigin
 from ffwd.engine.loop import SpanPolicy, generate_step
 from ffwd.engine.sampling import SamplingParams, TokenConstraint, make_sampler
 from ffwd.engine.text import OutputText
-from ffwd.fill import ConstrainingSource, FillPlan, FillRow, FillSession, FillStats, TraceWriter
+from ffwd.fill import (
+    ConstrainingSource,
+    FillPlan,
+    FillRow,
+    FillSession,
+    FillStats,
+    ProposalSource,
+    TraceWriter,
+)
 from ffwd.templates.formats.base import Delta, Rule, ToolCall, ToolCallContext, ToolParser
 from ffwd.templates.text import decode_ids
 
@@ -107,11 +115,13 @@ def open_session(
     decode: Callable[[Sequence[int]], str] | None = None,
     strict_context: ToolCallContext | None = None,
     grammar: ConstrainingSource | None = None,
+    copies: Sequence[ProposalSource] = (),
 ) -> FillSession | None:
     """The request's `FillSession`, or None for plain decoding.
 
     ``strict`` drops the plan's echo settings; ``echo`` uses the plan's own or
-    the config's. The backend's EOS ids are added to the plan's so no span ever
+    the config's, and the other `copies` sources (earlier requests' outputs)
+    after it. The backend's EOS ids are added to the plan's so no span ever
     carries one. A `grammar` proposes the ids it forces, after the strict rows.
     """
     if plan is None or fill.mode == "off":
@@ -122,6 +132,7 @@ def open_session(
         plan, prompt_ids,
         max_span=fill.max_span, append_chunk_size=fill.append_chunk_size,
         decode=decode, strict_context=strict_context, grammar=grammar,
+        sources=copies if fill.mode == "echo" else (),
     )
 
 
@@ -142,14 +153,15 @@ def stream_generate(
     cancelled: Callable[[], bool] | None = None,
     policy: SpanPolicy | None = None,
     logprobs: int | None = None,
+    copies: Sequence[ProposalSource] = (),
 ) -> Iterator[TokenEvent | GenerationResult]:
     """Prefill `prompt_ids` and stream the generation's events, then its result.
 
-    `plan=None` or fill ``off`` decodes plainly; `policy` sizes verify spans.
-    `parser` reads tool calls out of the output (and with the plan's row
-    `rules`, gates the rows); `max_calls` ends the generation after that many.
-    `constraint` (a grammar) masks every draw and, as a `ConstrainingSource`,
-    has its forced ids fast-forwarded. `logprobs`: see `generate_step`.
+    `plan=None` or fill ``off`` decodes plainly (``echo`` adds the `copies` after
+    its own index); `policy` sizes verify spans. `parser` reads tool calls out of
+    the output (and with the plan's `rules`, gates the rows); `max_calls` ends the
+    generation after that many. `constraint` (a grammar) masks every draw and has
+    its forced ids fast-forwarded. `logprobs`: see `generate_step`.
     """
     if max_tokens < 1:
         raise ValueError(f"max_tokens={max_tokens}: expected an integer >= 1")
@@ -160,7 +172,8 @@ def stream_generate(
     cached = backend.prefill(list(prompt_ids))
     t_prefill = time.perf_counter() - t0
     out = OutputText(tokenizer, stop, parser, max_calls)
-    session = _session(plan, prompt_ids, fill, backend.eos_ids, tokenizer, rules, out, constraint)
+    session = _session(plan, prompt_ids, fill, backend.eos_ids, tokenizer, rules, out, constraint,
+                       copies)
     trace = TraceWriter(fill.trace_path) if fill.trace_path and session else None
     steps = generate_step(
         backend, make_sampler(params, prompt_ids, constraint), max_tokens=max_tokens,
@@ -213,7 +226,7 @@ def _events(
 def _session(
     plan: FillPlan | None, prompt_ids: Sequence[int], fill: FillConfig, eos_ids: frozenset[int],
     tokenizer: Any, rules: Mapping[FillRow, Sequence[Rule]] | None, out: OutputText,
-    constraint: TokenConstraint | None,
+    constraint: TokenConstraint | None, copies: Sequence[ProposalSource],
 ) -> FillSession | None:
     """`open_session`, its rows gated on the parser that reads the reply (`out`), which
     tells the session when markup fails to parse (then the rows disarm)."""
@@ -222,7 +235,7 @@ def _session(
     gate = ToolCallContext(rules, out.parser, lambda: out.ready) if rules and out.parser else None
     session = open_session(
         plan, prompt_ids, fill, eos_ids, decode=lambda ids: decode_ids(tokenizer, ids),
-        strict_context=gate,
+        strict_context=gate, copies=copies,
         grammar=constraint if isinstance(constraint, ConstrainingSource) else None)
     if session is not None:
         out.on_parse_failure = session.note_parse_failure

@@ -9,7 +9,8 @@ A `Proposal` is a run of token ids plus a policy:
   keeps the agreed prefix and rewinds the rest.
 
 Origins: ``schema`` and ``template`` (strict rows), ``grammar`` (ids a grammar
-forces), ``echo``, ``ngram``, ``mtp``.
+forces), ``echo`` (copies from the request), ``recall`` (copies from earlier
+requests' outputs), ``ngram``, ``mtp``.
 
 Sources see the sequence through a `TokenView`. A source that keeps its own
 state may also define ``observe(ids)`` (optional, see `ObservingSource`): the
@@ -24,10 +25,11 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 ProposalPolicy = Literal["assert", "verify"]
-ProposalOrigin = Literal["schema", "template", "grammar", "echo", "ngram", "mtp"]
+ProposalOrigin = Literal["schema", "template", "grammar", "echo", "recall", "ngram", "mtp"]
 
 POLICIES: tuple[ProposalPolicy, ...] = ("assert", "verify")
-ORIGINS: tuple[ProposalOrigin, ...] = ("schema", "template", "grammar", "echo", "ngram", "mtp")
+ORIGINS: tuple[ProposalOrigin, ...] = (
+    "schema", "template", "grammar", "echo", "recall", "ngram", "mtp")
 
 
 @dataclass(frozen=True, slots=True)

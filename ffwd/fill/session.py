@@ -36,6 +36,7 @@ from ffwd.fill.proposal import (
 )
 from ffwd.fill.spans import AcceptanceBook
 
+COPIES = ("echo", "recall")  # copy sources: cut at delimiters, held under verify when cut
 FillKind = Literal["scaffold", "name", "key", "close", "turn-end"]
 FILL_KINDS: tuple[FillKind, ...] = ("scaffold", "name", "key", "close", "turn-end")
 
@@ -87,6 +88,7 @@ class FillStats:
     strict: int = 0  # ... from template and schema rows
     grammar: int = 0  # ... forced by the request's grammar
     echo: int = 0  # ... from the echo index
+    recall: int = 0  # ... from earlier requests' outputs (ffwd.fill.recall)
     span_lens: list[int] = field(default_factory=list)  # committed span lengths
     wasted_samples: int = 0  # in-flight samples dropped to take an assert fill
     parse_fallback: int = 0  # tool-call parses that failed after a strict fill
@@ -268,7 +270,7 @@ class FillSession:
                 continue
             if proposal.branch_stop:
                 self.stats.branch_stops += 1
-            is_echo = proposal.origin == "echo"
+            is_echo = proposal.origin in COPIES
             ids = self._clamp(proposal.ids, budget, is_echo)
             if ids is None:
                 continue
@@ -309,6 +311,8 @@ class FillSession:
             st.grammar += n
         elif proposal.origin == "echo":
             st.echo += n
+        elif proposal.origin == "recall":
+            st.recall += n
         st.span_lens.append(n)
 
     def acceptance(self, proposal: Proposal) -> list[float]:

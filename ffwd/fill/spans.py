@@ -49,7 +49,10 @@ Cost = Callable[[int], float]  # ms for one forward of m ids
 # prior a request starts from, per source and run bucket (the last value holds past
 # the end), sits below what `python -m ffwd.bench.acceptance` measures on the bench's
 # workloads, because an optimistic start costs forwards before the estimate learns.
-PRIORS: dict[str, tuple[float, ...]] = {"echo": (0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9)}
+PRIORS: dict[str, tuple[float, ...]] = {
+    "echo": (0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9),
+    "recall": (0.3, 0.3, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8),
+}
 DEFAULT_PRIOR: tuple[float, ...] = (0.5,)
 RUN_BUCKETS = 8
 

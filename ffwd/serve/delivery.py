@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, Protocol
 
 from fastapi import Request
@@ -19,9 +20,11 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult
+from ffwd.serve.dialects.store import key_namespace
 from ffwd.serve.errors import APIError, as_api_error, server_error
 from ffwd.serve.execute import Executor, Job
 from ffwd.serve.metrics import Metrics
+from ffwd.serve.middleware import presented_key
 from ffwd.serve.request import GenerationRequest
 
 _DONE = object()  # the generation's thread has finished
@@ -89,7 +92,9 @@ class ClientWatch:
 async def respond(
     request: Request, executor: Executor, metrics: Metrics, req: GenerationRequest, reply: Reply
 ) -> Response:
-    """Run `req` and answer with `reply`'s body or stream (see the module docstring)."""
+    """Run `req` and answer with `reply`'s body or stream (see the module docstring).
+    The request belongs to the API key it presents (earlier outputs stay per key)."""
+    req = replace(req, tenant=key_namespace(presented_key(request.headers.raw)))
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[object] = asyncio.Queue()
     watch = ClientWatch(executor, metrics, request.url.path, req.stream)

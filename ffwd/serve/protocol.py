@@ -210,6 +210,7 @@ class FfwdSettings(BaseModel):
     index_max: Int | None = None
     trace: bool | None = None
     grammar: bool | None = None
+    recall: bool | None = None
     tokens: bool | None = None  # list each token's id and origin: not a fill setting
 
     @field_validator("trace", mode="before")

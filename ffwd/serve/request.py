@@ -46,6 +46,7 @@ class GenerationRequest:
     logprobs: int | None = None
     stream: bool = False
     params: Mapping[str, str] = field(default_factory=dict)
+    tenant: str = ""  # whose earlier outputs this request may copy from (its API key's)
 
     def param(self, name: str) -> str:
         """The dialect's own name for a field (``messages`` -> ``input``, ...)."""

@@ -30,6 +30,7 @@ from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult, stream_generate
 from ffwd.engine.sampling import SamplingParams
 from ffwd.fill import FillPlan
+from ffwd.fill.recall import RecallConfig, RecallIndex
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
 from ffwd.serve.prompt_cache import PromptCache
@@ -87,6 +88,9 @@ class ModelService:
         self.grammars, self.grammar_unavailable = _request_grammars(
             tokenizer, self.template, self.format_name, backend.vocab_size, self.eos_ids
         )
+        # Earlier requests' outputs, per tenant: a model's own, forgotten with it.
+        self.recall = RecallIndex(RecallConfig(
+            fill.k, fill.max_span, fill.candidates, fill.recall_bytes))
 
     @property
     def forward_calls(self) -> int:
@@ -206,13 +210,16 @@ class ModelService:
 
     # --- running (worker thread) --------------------------------------------
     def reset(self) -> None:
+        """Forget what a failed run may have left: the cache (earlier outputs stay)."""
         self.backend.reset()
 
     def run(self, prep: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        """Generate, emitting each `TokenEvent` and then the `GenerationResult`."""
+        """Generate, emitting each `TokenEvent` and then the `GenerationResult`; the
+        output joins the tenant's earlier ones (`ffwd.fill.recall`)."""
         req = prep.request
         self.prompt_cache.select(self.backend, prep.prompt_ids)
         compiled = prep.compiled
+        copies = [self.recall.source(req.tenant)] if prep.fill.recall else []
         for item in stream_generate(
             self.backend, self.tokenizer, prep.prompt_ids, prep.params,
             max_tokens=prep.max_tokens, stop=req.stop, plan=prep.plan, fill=prep.fill,
@@ -220,8 +227,10 @@ class ModelService:
             rules=compiled.rules if compiled is not None else None,
             max_calls=None if req.parallel_tool_calls or not prep.tools else 1,
             constraint=prep.grammar.new_constraint() if prep.grammar is not None else None,
-            cancelled=cancelled, logprobs=req.logprobs,
+            cancelled=cancelled, logprobs=req.logprobs, copies=copies,
         ):
+            if isinstance(item, GenerationResult):
+                self.recall.add(req.tenant, item.token_ids)
             emit(item)
 
 

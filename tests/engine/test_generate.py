@@ -252,3 +252,23 @@ def test_an_assert_span_right_after_a_rejected_verify_span(family: str) -> None:
         assert res.finish_reason == "length" and len(res.token_ids) == 40
         events += res.stats.verify_rejected and res.stats.strict
     assert events  # both a rejection and a row happened in some run
+
+
+def test_recall_copies_an_earlier_output_and_changes_nothing_but_the_cost() -> None:
+    # The same request again: its earlier output is in the recall index, so the copy is
+    # verified in spans (origin "recall"), with exactly the ids of plain decoding.
+    from ffwd.fill.recall import RecallConfig, RecallIndex
+
+    backend = make_backend("transformers:llama")
+    prompt = list(range(3, 40, 2))  # no repeats: echo has nothing to copy from the prompt
+    off = generate(backend, TOK, prompt, max_tokens=40)
+    index = RecallIndex(RecallConfig(k=2, max_span=16, max_candidates=8, max_bytes=1 << 20))
+    index.add("alice", off.token_ids)
+    fill = FillConfig(mode="echo", k=2, trace=True)
+    again = generate(backend, TOK, prompt, max_tokens=40, plan=FillPlan(), fill=fill,
+                     copies=[index.source("alice")], policy=fixed_policy(False))
+    assert again.token_ids == off.token_ids and again.stats.recall > 0
+    assert "recall" in again.origins and again.forward_calls < off.forward_calls
+    other = generate(backend, TOK, prompt, max_tokens=40, plan=FillPlan(), fill=fill,
+                     copies=[index.source("bob")], policy=fixed_policy(False))
+    assert other.token_ids == off.token_ids and other.stats.recall == 0

@@ -374,7 +374,7 @@ def test_branch_stops_are_counted() -> None:
 def test_stats_as_dict_has_every_field() -> None:
     keys = set(session().stats.as_dict())
     assert keys == {
-        "events", "injected", "strict", "grammar", "echo", "span_lens", "wasted_samples",
+        "events", "injected", "strict", "grammar", "echo", "recall", "span_lens", "wasted_samples",
         "parse_fallback", "index_truncated", "decode_steps", "verify_events",
         "verify_accepted", "verify_rejected", "verify_unsupported", "checkpoint_ms",
         "branch_stops", "declined",
