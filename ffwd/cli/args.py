@@ -100,6 +100,12 @@ def _fill_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fill-trace", default=None,
                    help="FFWD_FILL_TRACE: 1 (cache checks) or a .jsonl file every request is "
                    "traced to; requests may switch it off (default: off)")
+    g.add_argument("--fill-recall", default=None, choices=("on", "off"),
+                   help="FFWD_FILL_RECALL: echo also copies from earlier requests' outputs, "
+                   "per API key (default: on)")
+    g.add_argument("--fill-recall-bytes", default=None,
+                   help=f"FFWD_FILL_RECALL_BYTES: their index's memory, 0 = none (default: "
+                   f"{d.recall_bytes})")
     g.add_argument("--grammar", default=None, choices=("on", "off"),
                    help="FFWD_GRAMMAR: constrain tool calls with a grammar so that required and "
                    "named tool_choice always return a valid call (default: on)")
@@ -143,7 +149,8 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
         "fill": args.fill, "max_span": args.fill_max_span,
         "append_chunk_size": args.fill_append_chunk_size, "k": args.fill_k,
         "candidates": args.fill_candidates, "index_max": args.fill_index_max,
-        "trace": args.fill_trace, "grammar": args.grammar,
+        "trace": args.fill_trace, "grammar": args.grammar, "recall": args.fill_recall,
+        "recall_bytes": args.fill_recall_bytes,
     }, default_mode=SERVER_DEFAULT_FILL)
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
