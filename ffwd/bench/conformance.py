@@ -80,7 +80,7 @@ def requests(draw: st.DrawFn) -> dict[str, Any]:
     greedy = draw(st.booleans())
     body: dict[str, Any] = {
         "model": "default", "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": draw(st.integers(24, 96)), "seed": draw(st.integers(0, 2**31)),
+        "max_tokens": draw(st.integers(40, 128)), "seed": draw(st.integers(0, 2**31)),
         "temperature": 0.0 if greedy else round(draw(st.floats(0.05, 1.2)), 3),
     }
     kind = draw(st.sampled_from(["required", "named", "auto", "response_format"]))
