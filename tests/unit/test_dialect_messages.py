@@ -103,6 +103,13 @@ def test_blocks_become_the_conversation(client: TestClient, svc: AgentService) -
         "description": "Weather in a city."}}]
 
 
+def test_mid_conversation_system_messages(client: TestClient, svc: AgentService) -> None:
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "system", "content": [{"type": "text", "text": f"{BILLING}\nAgents: x"}]}]
+    post(client, messages=messages)  # as Claude Code sends its reminders
+    assert svc.last.messages[1:] == [{"role": "system", "content": "Agents: x"}]
+
+
 @pytest.mark.parametrize(("choice", "expected", "parallel"), [
     ({"type": "any"}, "required", True),
     ({"type": "tool", "name": "get_weather"},

@@ -67,8 +67,11 @@ def messages_request(req: CountTokensRequest, reply_id: str
 def template_messages(msg: InputMessage, i: int) -> list[dict[str, Any]]:
     """One Anthropic message as the chat template reads it: a user message's tool results
     become tool messages (in their order), an assistant's tool_use blocks its tool calls."""
-    if isinstance(msg.content, str):
-        return [{"role": msg.role, "content": msg.content}]
+    if isinstance(msg.content, str) or msg.role == "system":
+        text = msg.content if isinstance(msg.content, str) else "\n".join(
+            b.text for b in msg.content if isinstance(b, TextBlock))
+        return [{"role": msg.role, "content": strip_volatile(text) if msg.role == "system"
+                 else text}]
     if msg.role == "assistant":
         text = "\n".join(b.text for b in msg.content if isinstance(b, TextBlock))
         calls = [{"id": b.id, "type": "function", "function": {

@@ -92,17 +92,18 @@ Block = Annotated[
 
 
 class InputMessage(Strict):
-    role: Literal["user", "assistant"]
+    """A turn; ``system`` ones are instructions given mid-conversation (Claude Code)."""
+
+    role: Literal["user", "assistant", "system"]
     content: str | list[Block]
 
     @model_validator(mode="after")
     def _blocks_of_the_role(self) -> InputMessage:
-        wrong = ToolResultBlock if self.role == "assistant" else ToolUseBlock
+        home = {ToolResultBlock: "user", ToolUseBlock: "assistant"}
         for block in self.content if isinstance(self.content, list) else []:
-            if isinstance(block, wrong):
-                raise ValueError(f"{block.type} blocks belong in "
-                                 f"{'user' if self.role == 'assistant' else 'assistant'} "
-                                 "messages")
+            role = home.get(type(block))
+            if role is not None and role != self.role:
+                raise ValueError(f"{block.type} blocks belong in {role} messages")
         return self
 
 
