@@ -4,7 +4,10 @@
 systems' servers (`ffwd.bench.systems`: ffwd over loopback HTTP on the chosen
 backend, llama.cpp's own server, transformers' generate), runs every (repeat,
 item) with all systems back to back, starting from a different system each
-time (`schedule`), so machine noise lands on all alike, and returns the
+time (`schedule`), so machine noise lands on all alike, each repeat a
+session of its own (what a system carries from one request to the next,
+recall's earlier outputs, llama-server's n-gram pools, starts empty at each
+repeat and is never shared between systems), and returns the
 results dict (environment, settings, every run, outputs, summary, speedups,
 correctness, replay bound, targets) that `ffwd.cli.bench` writes and
 `ffwd.bench.report` renders.
@@ -19,23 +22,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, replace
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from ffwd.bench import report
-from ffwd.bench.systems import (
-    EXTRA_SYSTEMS,
-    FFWD_SYSTEMS,
-    LLAMA_SERVER,
-    LOOKUP_TOKENS,
-    NO_GRAMMAR,
-    Outcome,
-    System,
-    chat_request,
-    parses,
-    split_name,
-)
+from ffwd.bench.names import LLAMA_SERVER, SERVED, SystemName, ffwd_settings, parse_system
+from ffwd.bench.systems import Outcome, System, chat_request, parses
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
 
@@ -59,7 +53,9 @@ def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
         "first_token_seconds": round(o.first_token_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
-        "parsed": parses(o, item) if item.workload.startswith("tools") else None,
+        "origins": o.origins,
+        # items whose next step is a call (every tools item, the agent's call turns)
+        "parsed": parses(o, item) if item.single_call else None,
     }
 
 
@@ -100,7 +96,8 @@ def run_bench(
     summary = report.summarize(runs, [s.name for s in systems])
     sp = report.speedups(summary)
     bound = _bound(tokenizer, service.format_name, bfcl, limit) if "tools" in workloads else {}
-    env = environment(ref, backend, engine, threads, LLAMA_SERVER in [s.name for s in systems])
+    peer = any(parse_system(s.name).base == LLAMA_SERVER for s in systems)
+    env = environment(ref, backend, engine, threads, peer)
     return {
         "environment": {**env, "load_before": load_before, "load_after": _load_average()},
         "settings": {
@@ -129,49 +126,61 @@ def start_systems(
 ) -> tuple[list[System], dict[str, str]]:
     """The systems named (in that order), their servers started on `stack`; and why not."""
     from ffwd.bench import servers
-    from ffwd.bench.systems import Decoder, FfwdHTTP, HFGenerate, LlamaServerHTTP
+    from ffwd.bench.hf_generate import LOOKUP_TOKENS, HFGenerate
+    from ffwd.bench.systems import Decoder, FfwdHTTP, LlamaServerHTTP
+    from ffwd.engine.hf import HFBackend
 
     decoder = Decoder(service.tokenizer, service.format_name, frozenset(service.eos_ids))
     started: dict[str, servers.ChildServer] = {}
     built: list[System] = []
     skipped: dict[str, str] = {}
-    from ffwd.engine.hf import HFBackend
-
     # The transformers systems share the served model's weights when it is one.
     hf_model: Any = service.backend.model if isinstance(service.backend, HFBackend) else None
     for name in names:
-        base, kind = split_name(name)
-        if base in FFWD_SYSTEMS or base in EXTRA_SYSTEMS:
-            kind = kind or engine
-            if kind == "llamacpp" and not ref.gguf_file:
-                skipped[name] = "llama.cpp runs GGUF files; this model is a HF directory"
-                continue
+        sys_name = parse_system(name)
+        why = _cannot_run(sys_name, engine, ref)
+        if why:
+            skipped[name] = why
+        elif sys_name.base in SERVED:
+            kind = sys_name.engine or engine
             if kind not in started:
                 started[kind] = stack.enter_context(
                     servers.ffwd_server(args.model, kind, threads, args.dtype))
-            fill = base.removeprefix("ffwd-").removesuffix(NO_GRAMMAR)
-            built.append(FfwdHTTP(started[kind].url, fill, name, not base.endswith(NO_GRAMMAR)))
-        elif base == LLAMA_SERVER:
-            if not ref.gguf_file:
-                skipped[name] = "llama-server runs GGUF files; this model is a HF directory"
-                continue
-            ctx = service.backend.context_window
-            srv = stack.enter_context(servers.llama_server(str(ref.path), threads, ctx, 512))
-            built.append(LlamaServerHTTP(srv.url, decoder))
+            fill, grammar, recall = ffwd_settings(sys_name.base)
+            built.append(FfwdHTTP(started[kind].url, fill, name, grammar, recall))
+        elif sys_name.base == LLAMA_SERVER:
+            start = partial(servers.llama_server, str(ref.path), threads,
+                            service.backend.context_window, 512, sys_name.spec)
+            peer = LlamaServerHTTP(start, decoder, sys_name.spec)
+            stack.callback(peer.close)
+            built.append(peer)
         else:
             if hf_model is None:
                 from ffwd.models import load_model
 
                 hf_model = load_model(ref, dtype=args.dtype, device="cpu")
-            built.append(HFGenerate(hf_model, decoder, LOOKUP_TOKENS if "lookup" in base else 0))
+            lookup = LOOKUP_TOKENS if sys_name.base == "hf-prompt-lookup" else 0
+            built.append(HFGenerate(hf_model, decoder, lookup))
     return built, skipped
+
+
+def _cannot_run(name: SystemName, engine: str, ref: Any) -> str | None:
+    """Why the system `name` cannot run on this model, or None."""
+    if ref.gguf_file:
+        return None
+    if name.base in SERVED and (name.engine or engine) == "llamacpp":
+        return "llama.cpp runs GGUF files; this model is a HF directory"
+    if name.base == LLAMA_SERVER:
+        return "llama-server runs GGUF files; this model is a HF directory"
+    return None
 
 
 def _run_all(
     items: Sequence[Item], systems: Sequence[System], repeats: int,
     prompts: Mapping[str, list[int]],
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Outcome]]]:
-    """Warm up, then run `schedule`; return the run rows and the first repeat's outcomes."""
+    """Warm up, then run `schedule`, each repeat a session of its own (`System.begin`);
+    return the run rows and the first repeat's outcomes."""
     from tqdm import tqdm
 
     by_name = {s.name: s for s in systems}
@@ -182,9 +191,15 @@ def _run_all(
         warm = replace(items[0], max_tokens=4)
         for s in systems:
             bar.set_postfix_str(f"warm-up {s.name}")
+            s.begin("warm-up")
             s.run(warm, prompts[warm.key])
             bar.update()
+        session = None
         for repeat, i, name in order:
+            if repeat != session:  # each repeat starts with nothing carried over
+                session = repeat
+                for s in systems:
+                    s.begin(f"repeat-{repeat}")
             item = items[i]
             bar.set_postfix_str(f"{name} {item.id}")
             o = by_name[name].run(item, prompts[item.key])

@@ -6,7 +6,8 @@ waits for its ``/health``, and stops it (its own process only). The two kinds:
 * `ffwd_server`: ``ffwd serve`` on one engine, fill off by default (each
   request names its mode), no prompt cache, the bench's thread count.
 * `llama_server`: llama.cpp's own server (`ffwd.bench.llama_server`) on the
-  same GGUF, threads, context and batch size.
+  same GGUF, threads, context and batch size, optionally with one of its
+  draft-free speculation modes.
 """
 
 from __future__ import annotations
@@ -98,8 +99,12 @@ def ffwd_server(model: str, backend: str, threads: int, dtype: str) -> ChildServ
     return ChildServer(f"ffwd-{backend}", cmd, port)
 
 
-def llama_server(gguf: str, threads: int, n_ctx: int, n_batch: int) -> ChildServer:
+def llama_server(
+    gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None
+) -> ChildServer:
+    """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off)."""
     port = free_port()
     cmd = [sys.executable, "-m", "ffwd.bench.llama_server", "--model", gguf, "--port", str(port),
-           "--threads", str(threads), "--ctx", str(n_ctx), "--batch", str(n_batch)]
-    return ChildServer("llama-server", cmd, port)
+           "--threads", str(threads), "--ctx", str(n_ctx), "--batch", str(n_batch),
+           *(["--spec", spec] if spec else [])]
+    return ChildServer("llama-server" + (f"-{spec}" if spec else ""), cmd, port)

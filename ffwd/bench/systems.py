@@ -4,21 +4,32 @@
   ``ffwd serve`` process (`ffwd.bench.servers`), timed by the client, so the
   serving path (HTTP, template, tool rows, parsing) is in every figure. A
   bare name runs on the bench's ``--backend``; ``ffwd-off:transformers`` (or
-  ``:llamacpp``) names the engine. ``ffwd-off`` sends a forced call
-  (``tool_choice=required``) as ``auto``: the same prompt, decoded plainly,
-  where the server would otherwise force the call through the strict tier,
-  and without the grammar. ``ffwd-strict-nogrammar`` (not run by default)
-  is ``ffwd-strict`` with ``"ffwd": {"grammar": false}``: what the grammar
-  adds to the strict tier.
+  ``:llamacpp``) names the engine (`ffwd.bench.names`). ``ffwd-off`` sends a
+  forced call (``tool_choice=required``) as ``auto``: the same prompt, decoded
+  plainly, where the server would otherwise force the call through the strict
+  tier, and without the grammar. ``ffwd-echo-norecall`` is ``ffwd-echo`` with
+  ``"ffwd": {"recall": false}``: echo without the index of earlier requests'
+  outputs. ``ffwd-strict-nogrammar`` (not run by default) is ``ffwd-strict``
+  with ``"ffwd": {"grammar": false}``: what the grammar adds to the strict tier.
 * ``llama-server``: llama.cpp's own server on the same GGUF, sent the very
   prompt ids ffwd renders (``/completion`` takes ids), greedy, the same
   ``max_tokens``, stopping at its end-of-generation ids.
+  ``llama-server:ngram-mod`` (``:ngram-simple``, ``:ngram-map-k``,
+  ``:ngram-cache``; ``:ngram-map-k4v`` not by default) is the same server with
+  that draft-free speculation mode on; the ids it drafted and kept (its
+  ``timings.draft_n`` and ``draft_n_accepted``) count as verified and accepted.
 * ``hf-generate``, ``hf-prompt-lookup``: transformers' ``model.generate``
-  in this process (greedy; the second with ``prompt_lookup_num_tokens=10``).
+  in this process (greedy; the second with ``prompt_lookup_num_tokens=10``;
+  `ffwd.bench.hf_generate`).
 
 Every system starts from an empty cache and stops at an end id, at the item's
 ``max_tokens``, or (``item.single_call``) once its output holds a complete
-call; the client parses each output the way the service does. Timings:
+call; the client parses each output the way the service does. What outlives
+a request is scoped to a session (`System.begin`, one per repeat): an ffwd
+system's requests present an API key of their own per session, so recall
+copies only from that system's earlier outputs in that repeat, and a
+speculating llama-server restarts (``ngram-mod``'s pool and ``ngram-map-k``'s
+map outlive a request). Timings:
 ``seconds`` is the whole request; ``first_token_seconds`` until the first
 output reached the client; ``prefill_seconds`` until the server started
 decoding (ffwd: the request minus its reported decode time; the others: the
@@ -29,26 +40,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import httpx
 
+from ffwd.bench.names import LLAMA_SERVER
+from ffwd.bench.servers import ChildServer
 from ffwd.bench.workloads import Item
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates import formats
 
-FFWD_FILLS = ("off", "strict", "echo")
-FFWD_SYSTEMS = tuple(f"ffwd-{f}" for f in FFWD_FILLS)
-ENGINES = ("llamacpp", "transformers")
-LLAMA_SERVER = "llama-server"
-HF_SYSTEMS = ("hf-generate", "hf-prompt-lookup")
-ALL_SYSTEMS = (*FFWD_SYSTEMS, LLAMA_SERVER, *HF_SYSTEMS)
-NO_GRAMMAR = "-nogrammar"
-EXTRA_SYSTEMS = ("ffwd-strict" + NO_GRAMMAR,)  # accepted by --systems, not run by default
-LOOKUP_TOKENS = 10
+ORIGINS = ("strict", "grammar", "echo", "recall")  # ffwd's per-source injected counts
 FLUSH_PROMPT = "0"  # a one-id request between runs: the next prompt shares no prefix with it
 TIMEOUT = httpx.Timeout(900.0, connect=10.0)
 
@@ -68,28 +73,31 @@ class Outcome:
     verify_accepted: int = 0
     verify_rejected: int = 0
     token_ids: list[int] | None = None  # peers only (ffwd's server reports text)
+    origins: dict[str, int] = field(default_factory=dict)  # ffwd: injected ids per source
 
 
 class System(Protocol):
     name: str
 
+    def begin(self, session: str) -> None:
+        """Start `session`: forget what earlier requests left (see the module docstring)."""
+
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome: ...
 
 
-def split_name(name: str) -> tuple[str, str | None]:
-    """``"ffwd-off:transformers"`` -> ``("ffwd-off", "transformers")``; no engine: None."""
-    base, _, engine = name.partition(":")
-    return base, engine or None
-
-
-def chat_body(item: Item, fill: str, grammar: bool = True) -> dict[str, Any]:
+def chat_body(
+    item: Item, fill: str, grammar: bool = True, recall: bool = True
+) -> dict[str, Any]:
     """The greedy chat request `item` stands for (plain decoding, no grammar, for ``off``)."""
     choice = item.tool_choice
     if fill == "off" and choice not in (None, "auto", "none"):
         choice = "auto"  # the same prompt; see the module docstring
+    settings: dict[str, Any] = {"fill": fill, "grammar": grammar and fill != "off"}
+    if not recall:
+        settings["recall"] = False
     return {
         "model": "default", "messages": item.messages, "max_tokens": item.max_tokens,
-        "temperature": 0.0, "ffwd": {"fill": fill, "grammar": grammar and fill != "off"},
+        "temperature": 0.0, "ffwd": settings,
         **({"tools": item.tools, "tool_choice": choice,
             "parallel_tool_calls": not item.single_call} if item.tools else {}),
     }
@@ -109,9 +117,11 @@ def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -
     return Outcome(content, [(c.name, c.arguments) for c in parser.calls], 0, 0.0)
 
 
-def sse(client: httpx.Client, url: str, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def sse(
+    client: httpx.Client, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> Iterator[dict[str, Any]]:
     """The JSON objects of a server-sent event stream, until ``[DONE]`` or its end."""
-    with client.stream("POST", url, json=body) as r:
+    with client.stream("POST", url, json=body, headers=headers) as r:
         if r.status_code != 200:
             raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.read().decode()[:500]}")
         for line in r.iter_lines():
@@ -127,24 +137,36 @@ def sse(client: httpx.Client, url: str, body: dict[str, Any]) -> Iterator[dict[s
 
 
 class FfwdHTTP:
-    """Streamed chat requests to an ``ffwd serve`` process, with fill mode `fill`."""
+    """Streamed chat requests to an ``ffwd serve`` process, with fill mode `fill`
+    (`recall` off: no copies from earlier requests' outputs)."""
 
-    def __init__(self, url: str, fill: str, name: str, grammar: bool = True) -> None:
-        self.url, self.fill, self.name, self.grammar = url, fill, name, grammar
+    def __init__(
+        self, url: str, fill: str, name: str, grammar: bool = True, recall: bool = True
+    ) -> None:
+        self.url, self.fill, self.name = url, fill, name
+        self.grammar, self.recall = grammar, recall
         self.client = httpx.Client(timeout=TIMEOUT)
+        self.begin("")
+
+    def begin(self, session: str) -> None:
+        # The server keeps earlier outputs per API key (recall's tenant); with no keys
+        # configured any key is accepted, so one per system and session keeps the
+        # systems' outputs and the repeats apart.
+        self.headers = {"Authorization": f"Bearer ffwd-bench/{self.name}/{session}"}
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
         # The live cache would give the next request its prefix for free: replace it.
         self.client.post(self.url + "/v1/completions",
                          json={"prompt": FLUSH_PROMPT, "max_tokens": 1}).raise_for_status()
-        body = {**chat_body(item, self.fill, self.grammar), "stream": True,
+        body = {**chat_body(item, self.fill, self.grammar, self.recall), "stream": True,
                 "stream_options": {"include_usage": True}}
         content: list[str] = []
         calls: dict[int, list[str]] = {}
         first: float | None = None
         final: dict[str, Any] = {}
         t0 = time.perf_counter()
-        for chunk in sse(self.client, self.url + "/v1/chat/completions", body):
+        url = self.url + "/v1/chat/completions"
+        for chunk in sse(self.client, url, body, self.headers):
             for choice in chunk.get("choices") or []:
                 delta = choice.get("delta") or {}
                 if delta.get("content") or delta.get("tool_calls"):
@@ -164,6 +186,7 @@ class FfwdHTTP:
             final["usage"]["completion_tokens"], seconds, seconds - decode,
             (first or time.perf_counter()) - t0, info["forward_calls"], stats["injected"],
             stats["verify_accepted"], stats["verify_rejected"],
+            origins={k: stats[k] for k in ORIGINS if stats.get(k)},
         )
 
 
@@ -203,25 +226,53 @@ class Decoder:
 
 
 class LlamaServerHTTP:
-    """llama.cpp's server: ``/completion`` with ffwd's prompt ids, greedy, streamed."""
+    """llama.cpp's server: ``/completion`` with ffwd's prompt ids, greedy, streamed;
+    with `spec`, one of its draft-free speculation modes (``ngram-mod``, ...).
 
-    name = LLAMA_SERVER
+    `start` starts the server process (again on each `begin` where the mode keeps
+    state across requests); `close` stops it.
+    """
 
-    def __init__(self, url: str, decoder: Decoder) -> None:
-        self.url, self.decoder = url, decoder
+    def __init__(
+        self, start: Callable[[], ChildServer], decoder: Decoder, spec: str | None = None
+    ) -> None:
+        self.start, self.decoder, self.spec = start, decoder, spec
+        self.name = f"{LLAMA_SERVER}:{spec}" if spec else LLAMA_SERVER
         self.client = httpx.Client(timeout=TIMEOUT)
+        self.server = start()
+        self.used = False  # whether a request ran since the process started
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def begin(self, session: str) -> None:
+        if self.spec is None or not self.used:
+            return  # nothing outlives a request without speculation (no prompt cache)
+        self.used = False
+        self.server.stop()
+        self.server = self.start()
+        # A fresh process's first forward costs extra; pay it outside the timings.
+        self.client.post(self.url + "/completion",
+                         json={"prompt": FLUSH_PROMPT, "n_predict": 1, "cache_prompt": False})
+
+    def close(self) -> None:
+        self.server.stop()
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
+        self.used = True
         body = {"prompt": prompt_ids, "n_predict": item.max_tokens, "temperature": 0.0,
                 "stream": True, "return_tokens": True, "cache_prompt": False}
         out: list[int] = []
         first: float | None = None
+        timings: dict[str, Any] = {}
         stopped_early = False
         t0 = time.perf_counter()
         for chunk in sse(self.client, self.url + "/completion", body):
             if chunk.get("tokens"):
                 first = first or time.perf_counter()
                 out += chunk["tokens"]
+            timings = chunk.get("timings") or timings
             if item.single_call and self.decoder.has_call(item, out):
                 stopped_early = not chunk.get("stop")
                 break
@@ -231,86 +282,18 @@ class LlamaServerHTTP:
             # (one slot, so a one-id request returns only once it is free).
             self.client.post(self.url + "/completion",
                              json={"prompt": prompt_ids[:1], "n_predict": 1, "cache_prompt": False})
-        return self.decoder.finish(item, out, seconds, (first or t0) - t0, None)
+        o = self.decoder.finish(item, out, seconds, (first or t0) - t0, None)
+        return with_drafts(o, timings)
 
 
-# --- transformers generate --------------------------------------------------------
-
-
-class HFGenerate:
-    """transformers' ``model.generate``, greedy, optionally with prompt lookup."""
-
-    def __init__(self, model: Any, decoder: Decoder, lookup: int = 0) -> None:
-        self.model = model
-        self.decoder = decoder
-        self.lookup = lookup
-        self.name = "hf-prompt-lookup" if lookup else "hf-generate"
-
-    def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
-        import torch
-        from transformers import GenerationConfig, StoppingCriteriaList
-
-        eos = sorted(self.decoder.eos_ids)
-        config = GenerationConfig(
-            max_new_tokens=item.max_tokens, do_sample=False, eos_token_id=eos,
-            pad_token_id=eos[0], prompt_lookup_num_tokens=self.lookup or None,
-        )
-        x = torch.tensor([prompt_ids], dtype=torch.long, device=self.model.device)
-        stop = StoppingCriteriaList([_CallComplete(self.decoder, item, len(prompt_ids))]
-                                    if item.single_call else [])
-        counter, first = _Counter(), _FirstToken()
-        hook = self.model.register_forward_pre_hook(counter)
-        try:
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out = self.model.generate(
-                    x, attention_mask=torch.ones_like(x), generation_config=config,
-                    stopping_criteria=stop, streamer=first,
-                )
-            seconds = time.perf_counter() - t0
-        finally:
-            hook.remove()
-        new = out[0, len(prompt_ids) :].tolist()
-        return self.decoder.finish(item, new, seconds, (first.at or t0) - t0, counter.n)
-
-
-class _Counter:
-    """A forward pre-hook that counts the model's forward calls."""
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.n += 1
-
-
-class _FirstToken:
-    """A `generate` streamer that notes when the first new id arrives (prefill done)."""
-
-    def __init__(self) -> None:
-        self.puts = 0
-        self.at: float | None = None
-
-    def put(self, value: Any) -> None:
-        self.puts += 1
-        if self.puts == 2:  # the first put is the prompt
-            self.at = time.perf_counter()
-
-    def end(self) -> None:
-        pass
-
-
-class _CallComplete:
-    """A stopping criterion: `generate` stops once the new ids parse as a complete call."""
-
-    def __init__(self, decoder: Decoder, item: Item, prompt_len: int) -> None:
-        self.decoder, self.item, self.prompt_len = decoder, item, prompt_len
-
-    def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
-        import torch
-
-        done = self.decoder.has_call(self.item, input_ids[0, self.prompt_len :].tolist())
-        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+def with_drafts(o: Outcome, timings: dict[str, Any]) -> Outcome:
+    """`o` with llama-server's draft counts (``timings.draft_n``: ids drafted,
+    ``draft_n_accepted``: kept) as injected and verified ids; absent (no speculation, or
+    a stream closed before its last event): unchanged."""
+    drafted, kept = timings.get("draft_n"), timings.get("draft_n_accepted")
+    if not isinstance(drafted, int) or not isinstance(kept, int):
+        return o
+    return replace(o, injected=kept, verify_accepted=kept, verify_rejected=drafted - kept)
 
 
 def parses(outcome: Outcome, item: Item) -> bool:

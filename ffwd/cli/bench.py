@@ -1,10 +1,11 @@
 """``ffwd bench``: every system on the same prompts, interleaved, then a report.
 
-    ffwd bench [--workload tools|echo|prose|all] [--limit N] [--systems LIST]
+    ffwd bench [--workload tools|echo|prose|agent|all] [--limit N] [--systems LIST]
                [--model default|PATH] [--backend auto|llamacpp|transformers]
                [--repeats R] [--threads T] [--out DIR] [--json] [--quick]
 
 The ffwd systems are requests to ``ffwd serve`` processes, ``llama-server``
+(and ``llama-server:ngram-mod`` and the other draft-free speculation modes)
 to llama.cpp's own server, both over loopback HTTP (`ffwd.bench.systems`);
 all use the same thread count and the prompt ids this process renders with
 the service (`ffwd.bench.run`). Writes ``DIR/results.json``, ``DIR/report.md``
@@ -19,8 +20,8 @@ import sys
 from pathlib import Path
 
 from ffwd.bench import report
+from ffwd.bench.names import ALL_SYSTEMS, known_systems, parse_system
 from ffwd.bench.run import run_bench
-from ffwd.bench.systems import ALL_SYSTEMS, ENGINES, EXTRA_SYSTEMS, FFWD_SYSTEMS, split_name
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
 
 DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
@@ -30,11 +31,14 @@ DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
     parser.add_argument("--limit", type=int, default=None,
-                        help=f"entries per BFCL category, edits and re-quotes, prose questions "
+                        help=f"entries per BFCL category, edits and re-quotes, prose questions, "
+                             f"agent conversations "
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated, from: " + ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
-                        + " (an ffwd system may name its engine: ffwd-off:transformers)")
+                        help="comma-separated, from: " + known_systems()
+                        + " (an ffwd system may name its engine: ffwd-off:transformers; "
+                        "llama-server:MODE is llama-server with that draft-free speculation "
+                        "mode)")
     parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
     parser.add_argument("--backend", default="auto",
                         help="engine of the ffwd systems: auto|llamacpp|transformers")
@@ -45,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bfcl", action="append", default=None, metavar="CATEGORY",
                         help=f"BFCL category for tools (repeatable; default "
                              f"{' + '.join(DEFAULT_BFCL)})")
-    parser.add_argument("--seed", type=int, default=0, help="echo and prose selection")
+    parser.add_argument("--seed", type=int, default=0, help="echo, prose and agent selection")
     parser.add_argument("--dtype", default="float32",
                         help="transformers: float32 (default: greedy identity is exact), "
                              "bfloat16 or auto")
@@ -82,15 +86,11 @@ def main(args: argparse.Namespace) -> int:
 
 def _system_names(raw: str) -> list[str]:
     names = [n.strip() for n in raw.split(",") if n.strip()]
-    unknown = [n for n in names if not _known(n)]
-    if unknown or not names:
-        known = ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
-        raise ValueError(f"--systems {raw!r}: expected some of {known}")
+    if not names:
+        raise ValueError(f"--systems {raw!r}: expected some of {known_systems()}")
+    for name in names:
+        try:
+            parse_system(name)
+        except ValueError as exc:
+            raise ValueError(f"--systems: {exc}; expected some of {known_systems()}") from None
     return list(dict.fromkeys(names))
-
-
-def _known(name: str) -> bool:
-    base, engine = split_name(name)
-    served = (*FFWD_SYSTEMS, *EXTRA_SYSTEMS)
-    return base in (*ALL_SYSTEMS, *EXTRA_SYSTEMS) and (
-        engine is None or (base in served and engine in ENGINES))

@@ -1,0 +1,95 @@
+"""The names of the systems `ffwd bench` compares, and how a name is read.
+
+A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the base:
+
+* an ffwd system (``ffwd-off``, ``ffwd-echo``, ...): the engine its server runs
+  on (`ENGINES`), ``ffwd-off:transformers``; bare, the bench's ``--backend``;
+* ``llama-server``: one of llama.cpp's draft-free speculation modes
+  (`SPEC_MODES`, its ``--spec-type``), ``llama-server:ngram-mod``: a variant
+  of the same server on the same engine, not an engine;
+* ``hf-generate``, ``hf-prompt-lookup``: no variant.
+
+`parse_system` reads a name into a `SystemName` whose ``engine`` and ``spec``
+fields keep the two meanings apart, and refuses any other name.
+
+>>> parse_system("ffwd-off:transformers")
+SystemName(base='ffwd-off', engine='transformers', spec=None)
+>>> parse_system("llama-server:ngram-mod")
+SystemName(base='llama-server', engine=None, spec='ngram-mod')
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+FFWD_FILLS = ("off", "strict", "echo")
+FFWD_SYSTEMS = tuple(f"ffwd-{f}" for f in FFWD_FILLS)
+NO_GRAMMAR = "-nogrammar"  # ffwd-strict with {"ffwd": {"grammar": false}}
+NO_RECALL = "-norecall"  # ffwd-echo with {"ffwd": {"recall": false}}: echo without recall
+ECHO_NO_RECALL = "ffwd-echo" + NO_RECALL
+ENGINES = ("llamacpp", "transformers")
+LLAMA_SERVER = "llama-server"
+# llama-server's draft-free speculation modes (--spec-type), each with llama.cpp's defaults.
+SPEC_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
+EXTRA_SPEC_MODES = ("ngram-map-k4v",)  # experimental upstream: accepted, not run by default
+LLAMA_SERVER_SYSTEMS = (LLAMA_SERVER, *(f"{LLAMA_SERVER}:{m}" for m in SPEC_MODES))
+HF_SYSTEMS = ("hf-generate", "hf-prompt-lookup")
+ALL_SYSTEMS = (*FFWD_SYSTEMS, ECHO_NO_RECALL, *LLAMA_SERVER_SYSTEMS, *HF_SYSTEMS)
+# accepted by --systems, not run by default
+EXTRA_SYSTEMS = ("ffwd-strict" + NO_GRAMMAR,
+                 *(f"{LLAMA_SERVER}:{m}" for m in EXTRA_SPEC_MODES))
+SERVED = (*FFWD_SYSTEMS, ECHO_NO_RECALL, "ffwd-strict" + NO_GRAMMAR)  # bases of ffwd serve
+
+
+class SystemName(NamedTuple):
+    """A parsed system name: ``engine`` only for ffwd systems, ``spec`` only for
+    llama-server."""
+
+    base: str
+    engine: str | None = None  # ffwd systems: the engine after the colon (None: --backend)
+    spec: str | None = None  # llama-server: the speculation mode after the colon (None: off)
+
+    @property
+    def name(self) -> str:
+        variant = self.engine or self.spec
+        return f"{self.base}:{variant}" if variant else self.base
+
+
+def parse_system(name: str) -> SystemName:
+    """`name` read as in the module docstring; ValueError for anything else."""
+    base, colon, variant = name.partition(":")
+    if base not in (*SERVED, *LLAMA_SERVER_SYSTEMS, *HF_SYSTEMS):
+        raise ValueError(f"unknown system {name!r}")
+    if not colon:
+        return SystemName(base)
+    if base in SERVED and variant in ENGINES:
+        return SystemName(base, engine=variant)
+    if base == LLAMA_SERVER and variant in (*SPEC_MODES, *EXTRA_SPEC_MODES):
+        return SystemName(base, spec=variant)
+    raise ValueError(f"system {name!r}: {_variants(base)}")
+
+
+def _variants(base: str) -> str:
+    if base in SERVED:
+        return "an ffwd system may name an engine: " + ", ".join(ENGINES)
+    if base == LLAMA_SERVER:
+        return "llama-server may name a speculation mode: " + ", ".join(
+            (*SPEC_MODES, *EXTRA_SPEC_MODES))
+    return f"{base} takes no variant"
+
+
+def ffwd_settings(base: str) -> tuple[str, bool, bool]:
+    """``(fill, grammar, recall)`` of an ffwd system's requests.
+
+    >>> ffwd_settings("ffwd-echo-norecall")
+    ('echo', True, False)
+    """
+    if base not in SERVED:
+        raise ValueError(f"{base!r} is not an ffwd system")
+    fill = base.removeprefix("ffwd-").removesuffix(NO_GRAMMAR).removesuffix(NO_RECALL)
+    return fill, not base.endswith(NO_GRAMMAR), not base.endswith(NO_RECALL)
+
+
+def known_systems() -> str:
+    """Every name --systems accepts, for help and errors."""
+    return ", ".join((*ALL_SYSTEMS, *EXTRA_SYSTEMS))
