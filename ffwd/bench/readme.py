@@ -28,7 +28,8 @@ from ffwd.bench import report
 START = "<!-- ffwd bench: start (python -m ffwd.bench.readme writes this) -->"
 END = "<!-- ffwd bench: end -->"
 LABELS = {"tools/required": "tools, `tool_choice=required`", "tools/auto": "tools, `auto`",
-          "echo": "echo (code edits, re-quotes)", "prose": "prose"}
+          "echo": "echo (code edits, re-quotes)", "prose": "prose",
+          "agent": "agent (multi-turn tool conversations)"}
 
 
 def _label(workload: str) -> str:

@@ -23,9 +23,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-BASELINE = "ffwd-off"
-LLAMA_SERVER = "llama-server"
-PROSE_BUDGET = 0.03  # prose: ffwd-echo may be at most 3% slower than ffwd-off
+# check_targets and default_fill live in ffwd.bench.targets; importers read them here
+from ffwd.bench.names import LLAMA_SERVER
+from ffwd.bench.targets import BASELINE, best_speculation
+from ffwd.bench.targets import check_targets as check_targets
+from ffwd.bench.targets import default_fill as default_fill
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -80,6 +82,7 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
             sum(forwards) / n_tokens if n_tokens and None not in forwards else None
         ),
         "injected_fraction": sum(r["injected"] for r in every) / n_tokens if n_tokens else 0.0,
+        "injected_by_origin": _origins(every, n_tokens),
         "accepted_fraction": accepted / verified if verified else None,
         "parse_rate": sum(parsed) / len(parsed) if parsed else None,
         # the same share over outputs that parsed as calls only (what replay measures)
@@ -87,6 +90,15 @@ def _metrics(reps: Mapping[int, list[Mapping[str, Any]]]) -> dict[str, Any]:
             sum(r["injected"] for r in call_runs) / call_tokens if call_tokens else None
         ),
     }
+
+
+def _origins(runs: Sequence[Mapping[str, Any]], n_tokens: int) -> dict[str, float]:
+    """Share of output ids injected per source (ffwd: strict, grammar, echo, recall)."""
+    total: dict[str, int] = {}
+    for r in runs:
+        for origin, n in (r.get("origins") or {}).items():
+            total[origin] = total.get(origin, 0) + n
+    return {k: v / n_tokens for k, v in total.items()} if n_tokens else {}
 
 
 def speedups(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str, Any]:
@@ -99,107 +111,6 @@ def speedups(summary: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict[str
             for a, ra in rates.items()
         }
     return out
-
-
-# --- targets ---------------------------------------------------------------------
-
-
-def _ratio(sp: Mapping[str, Any], workload: str, a: str, b: str) -> float | None:
-    value = sp.get(workload, {}).get(a, {}).get(b)
-    return None if value is None else float(value)
-
-
-def _target(name: str, value: float | None, goal: str, met: bool | None) -> dict[str, Any]:
-    return {"target": name, "value": value, "goal": goal, "met": met}
-
-
-def check_targets(
-    summary: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    sp: Mapping[str, Any],
-    bound: Mapping[str, float],
-    engine: str | None = None,
-) -> list[dict[str, Any]]:
-    """The issues' targets, each with the measured value and whether it is met (None: not run).
-
-    `engine` is what the bare ffwd systems ran on; the llama.cpp targets need it.
-    """
-    out = _fill_targets(summary, sp, bound)
-    if engine != "llamacpp":
-        return out
-    v = _overall_ratio(summary, BASELINE, LLAMA_SERVER)
-    out.append(_target("all workloads: ffwd-off vs llama-server (decode tok/s)", v, ">= 0.9x",
-                       None if v is None else v >= 0.9))
-    v = _e2e_ratio(summary, "tools/required", "ffwd-strict", LLAMA_SERVER)
-    out.append(_target("tools/required: ffwd-strict vs llama-server (end-to-end tok/s)", v,
-                       ">= 1.3x", None if v is None else v >= 1.3))
-    v = _ratio(sp, "tools/required", "ffwd-strict", BASELINE)
-    out.append(_target("tools/required: ffwd-strict vs ffwd-off on llama.cpp (decode tok/s)", v,
-                       ">= 1.3x", None if v is None else v >= 1.3))
-    v = _overall_ratio(summary, BASELINE, BASELINE + ":transformers")
-    out.append(_target("all workloads: ffwd-off on llama.cpp vs on transformers (decode tok/s)",
-                       v, ">= 4x", None if v is None else v >= 4.0))
-    return out
-
-
-def _fill_targets(
-    summary: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    sp: Mapping[str, Any],
-    bound: Mapping[str, float],
-) -> list[dict[str, Any]]:
-    out = []
-    for peer, goal in ((BASELINE, 2.0), ("hf-prompt-lookup", 1.2)):
-        v = _ratio(sp, "echo", "ffwd-echo", peer)
-        out.append(_target(f"echo: ffwd-echo vs {peer}", v, f">= {goal}x",
-                           None if v is None else v >= goal))
-    v = _ratio(sp, "tools/required", "ffwd-strict", BASELINE)
-    out.append(_target("tools/required: ffwd-strict vs ffwd-off", v, ">= 1.5x",
-                       None if v is None else v >= 1.5))
-    strict = summary.get("tools/required", {}).get("ffwd-strict")
-    gap = None
-    if strict is not None and "required" in bound:
-        gap = bound["required"] - strict["injected_fraction"]
-    out.append(_target("tools/required: replay bound - injected fraction (ffwd-strict)", gap,
-                       "<= 0.10", None if gap is None else gap <= 0.10))
-    v = _ratio(sp, "prose", "ffwd-echo", BASELINE)
-    out.append(_target("prose: ffwd-echo vs ffwd-off", v, f">= {1 - PROSE_BUDGET:.2f}x",
-                       None if v is None else v >= 1 - PROSE_BUDGET))
-    v = _overall_ratio(summary, BASELINE, "hf-generate")
-    out.append(_target("all workloads: ffwd-off vs hf-generate (decode tok/s)", v, ">= 1.0x",
-                       None if v is None else v >= 1.0))
-    return out
-
-
-def _e2e_ratio(
-    summary: Mapping[str, Mapping[str, Mapping[str, Any]]], workload: str, a: str, b: str
-) -> float | None:
-    rows = summary.get(workload, {})
-    if a not in rows or b not in rows or not rows[b]["e2e_tokens_per_s"]:
-        return None
-    return float(rows[a]["e2e_tokens_per_s"] / rows[b]["e2e_tokens_per_s"])
-
-
-def _overall_ratio(summary: Mapping[str, Mapping[str, Mapping[str, Any]]], a: str, b: str
-                   ) -> float | None:
-    """Decode throughput of `a` over `b` on everything both ran (median totals summed)."""
-    rates = []
-    for name in (a, b):
-        rows = [s[name] for s in summary.values() if a in s and b in s]
-        decode = sum(m["seconds"] - m["prefill_seconds"] for m in rows)
-        rates.append(sum(m["tokens"] for m in rows) / decode if decode > 0 else None)
-    ra, rb = rates
-    return ra / rb if ra is not None and rb else None
-
-
-def default_fill(sp: Mapping[str, Any]) -> dict[str, Any]:
-    """The issue's rule: ``echo`` when prose costs at most 3% under echo, else ``strict``."""
-    v = _ratio(sp, "prose", "ffwd-echo", BASELINE)
-    if v is None:
-        return {"fill": None, "reason": "prose was not measured with ffwd-echo and ffwd-off"}
-    overhead = 1 / v - 1
-    fill = "echo" if overhead <= PROSE_BUDGET else "strict"
-    return {"fill": fill, "prose_overhead": overhead,
-            "reason": f"prose under ffwd-echo takes {overhead:+.1%} time vs ffwd-off "
-                      f"(budget {PROSE_BUDGET:.0%})"}
 
 
 # --- Markdown ----------------------------------------------------------------------
@@ -231,6 +142,37 @@ def main_table(summary: Mapping[str, Any], sp: Mapping[str, Any]) -> list[str]:
                 f"{_pct(m['injected_fraction'])} | {_pct(m['accepted_fraction'])} | "
                 f"{_pct(m['parse_rate'])} | {_num(vs, '{:.2f}x')} |"
             )
+    return lines
+
+
+def peer_sections(summary: Mapping[str, Any]) -> list[str]:
+    """ffwd-echo beside llama.cpp's draft-free speculation, and where ffwd's injected ids
+    came from (sections of the report; empty where those systems did not run)."""
+    names = [n for n in dict.fromkeys(k for rows in summary.values() for k in rows)
+             if n.startswith(("ffwd-echo", LLAMA_SERVER))]
+    lines: list[str] = []
+    if any(n.startswith(LLAMA_SERVER + ":") for n in names) and "ffwd-echo" in names:
+        lines += ["", "## ffwd-echo and llama.cpp's speculation", "",
+                  "Decode tok/s (accepted share of verified or drafted ids):", "",
+                  "| workload | " + " | ".join(names) + " | ffwd-echo vs best mode |",
+                  "|---|" + "---:|" * (len(names) + 1)]
+        for workload, rows in summary.items():
+            cells = ["—" if n not in rows else f"{rows[n]['tokens_per_s']:.1f} "
+                     f"({_pct(rows[n]['accepted_fraction'])})" for n in names]
+            best = best_speculation(rows)
+            vs = (rows["ffwd-echo"]["tokens_per_s"] / rows[best]["tokens_per_s"]
+                  if best and "ffwd-echo" in rows and rows[best]["tokens_per_s"] else None)
+            lines.append(f"| {workload} | " + " | ".join(cells)
+                         + f" | {_num(vs, '{:.2f}x')} ({best or '—'}) |")
+    sources = [(w, n, m["injected_by_origin"]) for w, rows in summary.items()
+               for n, m in rows.items() if m.get("injected_by_origin")]
+    if sources:
+        origins = list(dict.fromkeys(k for _, _, o in sources for k in o))
+        lines += ["", "Share of output ids fast-forwarded, by source:", "",
+                  "| workload | system | " + " | ".join(origins) + " |",
+                  "|---|---|" + "---:|" * len(origins)]
+        lines += [f"| {w} | {n} | " + " | ".join(_pct(o.get(k, 0.0)) for k in origins) + " |"
+                  for w, n, o in sources]
     return lines
 
 
@@ -292,9 +234,10 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "is what speedups compare; e2e tok/s = the same ids over the whole requests; "
         "fwd/token = model forward calls (prefill included) per output id; "
         "injected = share of output ids fast-forwarded; accepted = share of "
-        "verified (echo) ids the model agreed with; parse = outputs that parse as calls of "
-        "listed functions.", "",
-        *main_table(summary, sp),
+        "verified ids (echo's and recall's copies, llama-server's drafts) the model agreed "
+        "with; parse = outputs that parse as calls of listed functions (tools, and the "
+        "agent's call steps).", "",
+        *main_table(summary, sp), *peer_sections(summary),
     ]
     if results.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in results["skipped"].items())]

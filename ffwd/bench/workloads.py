@@ -14,21 +14,23 @@ arguments and Python installation:
   docstring, change a constant); a re-quote is an agent turn where a tool
   returned the source and the user asks to see it exactly.
 * ``prose``: open-ended questions with nothing to copy (overhead).
+* ``agent``: `limit` multi-turn coding-agent conversations (four requests
+  each: read a file, edit a function, write it back, close the ticket), over
+  tasks that recur across conversations (`ffwd.bench.agent`).
 """
 
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import random
-import textwrap
-from dataclasses import dataclass, field
-from functools import cache
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-WORKLOADS = ("tools", "echo", "prose")
+from ffwd.bench.agent import agent_items
+from ffwd.bench.items import Function, Item, functions
+
+WORKLOADS = ("tools", "echo", "prose", "agent")
 TOOL_CHOICES = ("required", "auto")
 DEFAULT_BFCL = ("simple_python", "multiple")
 
@@ -58,25 +60,6 @@ PROSE_QUESTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class Item:
-    """One prompt of one workload row, with everything a system needs to run it."""
-
-    workload: str  # the report row: tools/required, tools/auto, echo, prose
-    id: str
-    messages: list[dict[str, Any]]
-    max_tokens: int
-    tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str | None = None
-    single_call: bool = False  # stop once the output parses as a complete call
-    kind: str = ""  # what the item exercises (echo: edit/requote; tools: category)
-
-    @property
-    def key(self) -> str:
-        """Unique within a selection (a BFCL entry runs under both tool choices)."""
-        return f"{self.workload} {self.id}"
-
-
 # --- tools --------------------------------------------------------------------
 
 
@@ -96,45 +79,6 @@ def tool_items(categories: tuple[str, ...], limit: int, max_tokens: int) -> list
 
 
 # --- echo -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Function:
-    module: str
-    name: str
-    source: str  # dedented
-    node: ast.FunctionDef
-
-
-def module_path(module: str) -> Path:
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        raise FileNotFoundError(f"standard-library module {module!r} has no Python source here")
-    return Path(spec.origin)
-
-
-@cache
-def functions(module: str, min_chars: int, max_chars: int) -> tuple[Function, ...]:
-    """Top-level functions and class methods of `module` whose source length is in range."""
-    text = module_path(module).read_text(encoding="utf-8")
-    found: list[tuple[str, ast.FunctionDef]] = []
-    for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef):
-            found.append((node.name, node))
-        elif isinstance(node, ast.ClassDef):
-            found += [(f"{node.name}.{m.name}", m) for m in node.body
-                      if isinstance(m, ast.FunctionDef)]
-    out = []
-    for name, node in found:
-        src = ast.get_source_segment(text, node, padded=True)
-        if src is None or not min_chars <= len(src) <= max_chars:
-            continue
-        src = textwrap.dedent(src)
-        # Re-parse the dedented source so edits refer to what the model sees.
-        tree = ast.parse(src).body[0]
-        assert isinstance(tree, ast.FunctionDef)
-        out.append(Function(module, name, src, tree))
-    return tuple(out)
 
 
 def edit_instruction(fn: Function, rng: random.Random) -> str:
@@ -261,4 +205,7 @@ def select(
         out += echo_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap)
     if "prose" in workloads:
         out += prose_items(limit, seed, sizes.prose)
+    if "agent" in workloads:
+        out += agent_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap,
+                           modules=ECHO_MODULES)
     return out
