@@ -4,13 +4,16 @@ given (as translated) and plays the script a test sets (a plain module, no model
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+from fastapi.testclient import TestClient
 from scripted import call, result, text
 
 from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult
+from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import Emit
@@ -81,3 +84,15 @@ def sse_events(body: str) -> list[tuple[str, dict[str, Any]]]:
         lines = dict(line.split(": ", 1) for line in block.split("\n"))
         out.append((lines["event"], json.loads(lines["data"])))
     return out
+
+
+@pytest.fixture(name="svc")
+def svc_fixture() -> AgentService:
+    return AgentService()
+
+
+@pytest.fixture(name="client")
+def client_fixture(svc: AgentService) -> Iterator[TestClient]:
+    """The app over `svc` (imported by the dialects' test modules as a fixture)."""
+    with TestClient(create_app(svc)) as c:
+        yield c

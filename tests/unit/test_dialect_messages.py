@@ -3,12 +3,19 @@ options, the message, the event stream, errors in Anthropic's shape, auth, count
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
-from agent_service import AgentService, hello, sse_events, text_then_call, weather_call
+from agent_service import (  # noqa: F401 (fixtures)
+    AgentService,
+    client_fixture,
+    hello,
+    sse_events,
+    svc_fixture,
+    text_then_call,
+    weather_call,
+)
 from fastapi.testclient import TestClient
 from scripted import result, text
 from test_serve_app import Scripted
@@ -21,17 +28,6 @@ ASK = {"model": "tiny", "max_tokens": 64,
 WEATHER = {"name": "get_weather", "description": "Weather in a city.", "input_schema": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 BILLING = "x-anthropic-billing-header: cc_version=2.1.37.a1b; cc_entrypoint=cli; cch=5e2f1;"
-
-
-@pytest.fixture
-def svc() -> AgentService:
-    return AgentService()
-
-
-@pytest.fixture
-def client(svc: AgentService) -> Iterator[TestClient]:
-    with TestClient(create_app(svc)) as c:
-        yield c
 
 
 def post(client: TestClient, **body: Any) -> dict[str, Any]:

@@ -3,11 +3,19 @@ options, the response object, the event stream, the response store, errors."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agent_service import AgentService, Script, hello, sse_events, text_then_call, weather_call
+from agent_service import (  # noqa: F401 (fixtures)
+    AgentService,
+    Script,
+    client_fixture,
+    hello,
+    sse_events,
+    svc_fixture,
+    text_then_call,
+    weather_call,
+)
 from fastapi.testclient import TestClient
 from openai import OpenAI
 from scripted import call, result
@@ -23,17 +31,6 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in
                           "required": ["city"]}, "strict": True}
 CODEX_TOOLS = [WEATHER, {"type": "web_search"}, {"type": "local_shell"},
                {"type": "custom", "name": "apply_patch", "format": {"type": "grammar"}}]
-
-
-@pytest.fixture
-def svc() -> AgentService:
-    return AgentService()
-
-
-@pytest.fixture
-def client(svc: AgentService) -> Iterator[TestClient]:
-    with TestClient(create_app(svc)) as c:
-        yield c
 
 
 def post(client: TestClient, **body: Any) -> dict[str, Any]:

@@ -50,6 +50,22 @@ def check_stops(value: object, limit: int) -> object:
     return value
 
 
+def function_tool(name: str, parameters: dict[str, Any] | None, description: str | None,
+                  strict: bool | None) -> dict[str, Any]:
+    """A tool in OpenAI chat form (what the template and the grammar read)."""
+    fn: dict[str, Any] = {"name": name, "parameters": parameters}
+    fn |= {"description": description} if description is not None else {}
+    fn |= {"strict": strict} if strict is not None else {}
+    return {"type": "function", "function": fn}
+
+
+def at_most_max_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if len(tools) > MAX_TOOLS:
+        raise bad_request(f"at most {MAX_TOOLS} function tools are accepted, got {len(tools)}",
+                          param="tools")
+    return tools
+
+
 def function_names(tools: list[dict[str, Any]]) -> list[str]:
     return [t["function"]["name"] for t in tools]
 

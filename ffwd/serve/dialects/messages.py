@@ -21,7 +21,12 @@ from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult
 from ffwd.engine.sampling import SamplingParams
 from ffwd.serve.dialects.chat import new_id
-from ffwd.serve.dialects.common import MAX_TOOLS, check_choice, strip_volatile
+from ffwd.serve.dialects.common import (
+    at_most_max_tools,
+    check_choice,
+    function_tool,
+    strip_volatile,
+)
 from ffwd.serve.dialects.messages_models import (
     CountTokensRequest,
     CustomTool,
@@ -32,7 +37,7 @@ from ffwd.serve.dialects.messages_models import (
     ToolUseBlock,
 )
 from ffwd.serve.dialects.segments import Segment, Segmenter, Step
-from ffwd.serve.errors import APIError, anthropic_body, bad_request
+from ffwd.serve.errors import APIError, anthropic_body
 from ffwd.serve.request import GenerationRequest
 
 PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences",
@@ -98,17 +103,12 @@ def function_tools(req: CountTokensRequest, warnings: list[str]) -> list[dict[st
     out = []
     for i, tool in enumerate(req.tools or []):
         if isinstance(tool, CustomTool):
-            fn: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
-            fn |= {"description": tool.description} if tool.description is not None else {}
-            fn |= {"strict": tool.strict} if tool.strict is not None else {}
-            out.append({"type": "function", "function": fn})
+            out.append(function_tool(tool.name, tool.input_schema, tool.description,
+                                     tool.strict))
         else:
             warnings.append(f"tools[{i}]: tools of type {tool.type!r} run on Anthropic's "
                             "servers, not here; skipped")
-    if len(out) > MAX_TOOLS:
-        raise bad_request(f"at most {MAX_TOOLS} tools are accepted, got {len(out)}",
-                          param="tools")
-    return out
+    return at_most_max_tools(out)
 
 
 def tool_choice(req: CountTokensRequest, tools: list[dict[str, Any]]

@@ -23,7 +23,13 @@ from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult
 from ffwd.engine.sampling import SamplingParams
 from ffwd.serve.dialects.chat import _token_logprob, new_id
-from ffwd.serve.dialects.common import MAX_TOOLS, check_choice, not_found, refused
+from ffwd.serve.dialects.common import (
+    at_most_max_tools,
+    check_choice,
+    function_tool,
+    not_found,
+    refused,
+)
 from ffwd.serve.dialects.responses_models import (
     AllowedTools,
     CustomCallItem,
@@ -137,17 +143,11 @@ def function_tools(req: ResponsesRequest, warnings: list[str]) -> list[dict[str,
     out = []
     for i, tool in enumerate(req.tools or []):
         if isinstance(tool, FunctionTool):
-            fn: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
-            fn |= {"description": tool.description} if tool.description is not None else {}
-            fn |= {"strict": tool.strict} if tool.strict is not None else {}
-            out.append({"type": "function", "function": fn})
+            out.append(function_tool(tool.name, tool.parameters, tool.description, tool.strict))
         else:
             warnings.append(f"tools[{i}]: tools of type {tool.type!r} are not supported "
                             "(ffwd runs function tools); skipped")
-    if len(out) > MAX_TOOLS:
-        raise bad_request(f"at most {MAX_TOOLS} function tools are accepted, got {len(out)}",
-                          param="tools")
-    return out
+    return at_most_max_tools(out)
 
 
 def tool_choice(req: ResponsesRequest, tools: list[dict[str, Any]]
