@@ -18,17 +18,21 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     # One thread: llama.cpp then computes a one-id decode and a batched forward alike at
     # any context (with more, past 256 ids a one-id decode splits its attention across
     # threads and rounds differently; the bench reports that as an agreement rate).
+    # One speculating llama-server of the four (tests/integration/test_llama_server_spec.py
+    # starts each), to keep this run short.
+    systems = ["ffwd-off", "ffwd-strict", "ffwd-echo", "ffwd-echo-norecall", "llama-server",
+               "llama-server:ngram-mod", "hf-generate", "hf-prompt-lookup"]
     rc = ffwd_main(["bench", "--quick", "--limit", "1", "--bfcl", "simple_python",
-                    "--threads", "1", "--out", str(out)])
+                    "--threads", "1", "--systems", ",".join(systems), "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())
     ran = results["settings"]["systems"]
-    assert ran == ["ffwd-off", "ffwd-strict", "ffwd-echo", "llama-server", "hf-generate",
-                   "hf-prompt-lookup"] and not results["skipped"]
+    assert ran == systems and not results["skipped"]
     assert results["settings"]["backend"] == "llamacpp"  # auto: the embedded GGUF on the CPU
     env = results["environment"]
     assert "AVX" in env["llama_cpp_system_info"] and "CPU" in env["llama_server_system_info"]
-    assert set(results["summary"]) == {"tools/required", "tools/auto", "echo", "prose"}
+    assert set(results["summary"]) == {"tools/required", "tools/auto", "echo", "prose", "agent"}
+    assert "## ffwd-echo and llama.cpp's speculation" in (out / "report.md").read_text()
     assert len(results["runs"]) == len(results["settings"]["items"]) * len(ran)
     assert all(r["tokens"] > 0 and r["seconds"] >= r["first_token_seconds"] > 0
                for r in results["runs"])

@@ -1,0 +1,45 @@
+"""Each of llama.cpp's draft-free speculation modes starts a llama-server on the
+embedded model and answers one short greedy request with drafts it verified (a few
+seconds each)."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+import httpx
+import pytest
+
+from ffwd.bench import servers
+from ffwd.bench.names import EXTRA_SPEC_MODES, SPEC_MODES
+from ffwd.models import resolve_model
+
+pytestmark = pytest.mark.slow
+
+# A passage the model is asked to repeat: its answer re-quotes the prompt, which every
+# mode drafts from (a passage of a few lines is too short for their n-gram keys).
+PASSAGE = inspect.getsource(textwrap.indent)
+PROMPT = (f"<|im_start|>user\n```python\n{PASSAGE}```\nRepeat that code exactly.<|im_end|>\n"
+          "<|im_start|>assistant\n```python\n")
+
+
+def complete(url: str) -> dict[str, object]:
+    body = {"prompt": PROMPT, "n_predict": 48, "temperature": 0.0, "cache_prompt": False,
+            "return_tokens": True}
+    r = httpx.post(url + "/completion", json=body, timeout=120)
+    r.raise_for_status()
+    return dict(r.json())
+
+
+@pytest.mark.parametrize("mode", [None, *SPEC_MODES, *EXTRA_SPEC_MODES])
+def test_speculation_mode_starts_and_speculates(mode: str | None) -> None:
+    gguf = str(resolve_model("default").path)
+    with servers.llama_server(gguf, threads=1, n_ctx=512, n_batch=512, spec=mode) as srv:
+        out = complete(srv.url)
+    timings = out["timings"]
+    assert isinstance(timings, dict) and out["tokens"]
+    assert str(out["content"]).startswith("def indent(text")
+    if mode is None:
+        assert "draft_n" not in timings
+    else:
+        assert timings["draft_n"] > 0 and 0 < timings["draft_n_accepted"] <= timings["draft_n"]
