@@ -10,6 +10,7 @@
     schema: "tool name or argument key from the request's tools (strict row)",
     grammar: "forced by the request's grammar, appended without sampling",
     echo: "copied from the context and kept where the model agreed",
+    recall: "copied from an earlier request's output (same API key) and kept where the model agreed",
     ngram: "proposed by an n-gram source and verified",
     mtp: "proposed by a multi-token head and verified",
   };
