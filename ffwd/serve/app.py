@@ -133,7 +133,7 @@ def _openai_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes
         check_model(req.model, executor.model_id)
         req.check()
         reply = ChatReply("chat", req.model, logprobs=req.logprob_count is not None,
-                          include_usage=req.include_usage)
+                          include_usage=req.include_usage, tokens=_tokens(req))
         return await respond(request, executor, metrics, chat_request(req, reply.id), reply)
 
     @app.post("/v1/completions", responses=POST_RESPONSES)
@@ -143,8 +143,13 @@ def _openai_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes
         req.check()
         reply = ChatReply("text", req.model, logprobs=req.logprob_count is not None,
                           echo=req.prompt_text if req.echo else "",
-                          include_usage=req.include_usage)
+                          include_usage=req.include_usage, tokens=_tokens(req))
         return await respond(request, executor, metrics, text_request(req, reply.id), reply)
+
+
+def _tokens(req: ChatCompletionRequest | CompletionRequest) -> bool:
+    """Whether the request asked for each token's origin (``"ffwd": {"tokens": true}``)."""
+    return bool(req.ffwd and req.ffwd.tokens)
 
 
 async def _parse(request: Request, model: type[_M], max_bytes: int) -> _M:

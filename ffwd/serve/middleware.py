@@ -18,6 +18,7 @@ from typing import Any
 
 from ffwd.serve.errors import APIError, error_body, is_anthropic_path, server_error
 from ffwd.serve.metrics import Metrics
+from ffwd.serve.playground import PAGE_PATHS
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -25,7 +26,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-OPEN_PATHS = frozenset({"/health"})  # answered without an API key
+# Answered without an API key: health, and the page (so that it can ask for the key).
+OPEN_PATHS = frozenset({"/health"}) | PAGE_PATHS
 log = logging.getLogger("ffwd.serve")
 
 

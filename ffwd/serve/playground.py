@@ -17,8 +17,6 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from ffwd.serve import middleware
-
 PAGE = "playground.html"
 ASSETS = {"playground.css": "text/css; charset=utf-8",
           "playground.js": "text/javascript; charset=utf-8"}
@@ -43,8 +41,6 @@ def _response(name: str, media_type: str) -> Response:
 
 def install_playground(app: FastAPI) -> None:
     """Add the page's routes to `app` (left out of the OpenAPI document: not API)."""
-    open_page_paths()
-
     page = _serve(PAGE, "text/html; charset=utf-8")
     for path in PAGE_ROUTES:
         app.add_api_route(path, page, methods=["GET"], include_in_schema=False)
@@ -60,13 +56,3 @@ def _serve(name: str, media_type: str) -> Callable[[], Awaitable[Response]]:
         return _response(name, media_type)
 
     return handler
-
-
-def open_page_paths() -> None:
-    """Let the page load without the API key, so that it can ask for it.
-
-    The guard answers `middleware.OPEN_PATHS` without a key; until that set
-    lists `PAGE_PATHS` itself, they are added to it here.
-    """
-    if not PAGE_PATHS <= middleware.OPEN_PATHS:
-        middleware.OPEN_PATHS = middleware.OPEN_PATHS | PAGE_PATHS

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-import weakref
 from typing import Any
 
 from ffwd.engine.events import TokenEvent
@@ -50,18 +49,11 @@ def sampling(req: SamplingFields) -> SamplingParams:
 
 def _common(req: ChatCompletionRequest | CompletionRequest, reply_id: str) -> dict[str, Any]:
     rf = req.response_format.model_dump(by_alias=True) if req.response_format else None
-    _token_view(req, reply_id)
     return {
         "sampling": sampling(req), "stop": tuple(req.stop_list), "response_format": rf,
         "fill": req.ffwd.fill_overrides() if req.ffwd else None,
         "logprobs": req.logprob_count, "stream": req.stream,
     }
-
-
-def _token_view(req: ChatCompletionRequest | CompletionRequest, reply_id: str) -> None:
-    """Switch the token view of reply `reply_id` on when its request asks for it."""
-    if req.ffwd and req.ffwd.tokens and (reply := _REPLIES.get(reply_id)) is not None:
-        reply.tokens = True
 
 
 def chat_request(req: ChatCompletionRequest, reply_id: str) -> GenerationRequest:
@@ -91,8 +83,7 @@ def text_request(req: CompletionRequest, reply_id: str) -> GenerationRequest:
 class ChatReply:
     """One response's state: its id, the call ids it gave, the tokens not yet sent.
 
-    `tokens` lists each chunk's tokens (``"ffwd": {"tokens": true}``): given
-    here, or set when the request is translated for this reply's id.
+    `tokens` lists each chunk's tokens (``"ffwd": {"tokens": true}``).
     """
 
     def __init__(self, kind: str, model: str, *, logprobs: bool = False, echo: str = "",
@@ -108,7 +99,6 @@ class ChatReply:
         self.pending: list[TokenEvent] = []  # tokens not sent yet (logprobs, token view)
         self.call_ids: dict[int, str] = {}
         self._offset = len(echo)  # text_offset of the next token (completions)
-        _REPLIES[self.id] = self
 
     # --- whole responses ----------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
@@ -226,7 +216,6 @@ class ChatReply:
 
 
 # Each live reply by its id, so that translating its request can switch its token view on.
-_REPLIES: weakref.WeakValueDictionary[str, ChatReply] = weakref.WeakValueDictionary()
 
 
 def token_entry(t: TokenEvent, logprob: bool) -> dict[str, Any]:
