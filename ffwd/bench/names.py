@@ -4,6 +4,8 @@ A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the ba
 
 * an ffwd system (``ffwd-off``, ``ffwd-echo``, ...): the engine its server runs
   on (`ENGINES`), ``ffwd-off:transformers``; bare, the bench's ``--backend``;
+  or ``kv-TYPE`` (`KV_VARIANTS`): llama.cpp with that KV cache type instead of
+  the default (``--kv-cache``), ``ffwd-echo:kv-f16``;
 * ``llama-server``: one of llama.cpp's draft-free speculation modes
   (`SPEC_MODES`, its ``--spec-type``), ``llama-server:ngram-mod``: a variant
   of the same server on the same engine, not an engine;
@@ -13,9 +15,11 @@ A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the ba
 fields keep the two meanings apart, and refuses any other name.
 
 >>> parse_system("ffwd-off:transformers")
-SystemName(base='ffwd-off', engine='transformers', spec=None)
+SystemName(base='ffwd-off', engine='transformers', spec=None, kv=None)
 >>> parse_system("llama-server:ngram-mod")
-SystemName(base='llama-server', engine=None, spec='ngram-mod')
+SystemName(base='llama-server', engine=None, spec='ngram-mod', kv=None)
+>>> parse_system("ffwd-echo:kv-f16").name
+'ffwd-echo:kv-f16'
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ NO_GRAMMAR = "-nogrammar"  # ffwd-strict with {"ffwd": {"grammar": false}}
 NO_RECALL = "-norecall"  # ffwd-echo with {"ffwd": {"recall": false}}: echo without recall
 ECHO_NO_RECALL = "ffwd-echo" + NO_RECALL
 ENGINES = ("llamacpp", "transformers")
+KV_VARIANTS = ("kv-f16", "kv-q8_0", "kv-bf16")  # llama.cpp with that KV cache type
 LLAMA_SERVER = "llama-server"
 # llama-server's draft-free speculation modes (--spec-type), each with llama.cpp's defaults.
 SPEC_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
@@ -48,10 +53,11 @@ class SystemName(NamedTuple):
     base: str
     engine: str | None = None  # ffwd systems: the engine after the colon (None: --backend)
     spec: str | None = None  # llama-server: the speculation mode after the colon (None: off)
+    kv: str | None = None  # ffwd on llama.cpp: the KV cache type (None: the server's default)
 
     @property
     def name(self) -> str:
-        variant = self.engine or self.spec
+        variant = f"kv-{self.kv}" if self.kv else self.engine or self.spec
         return f"{self.base}:{variant}" if variant else self.base
 
 
@@ -64,6 +70,8 @@ def parse_system(name: str) -> SystemName:
         return SystemName(base)
     if base in SERVED and variant in ENGINES:
         return SystemName(base, engine=variant)
+    if base in SERVED and variant in KV_VARIANTS:
+        return SystemName(base, engine="llamacpp", kv=variant.removeprefix("kv-"))
     if base == LLAMA_SERVER and variant in (*SPEC_MODES, *EXTRA_SPEC_MODES):
         return SystemName(base, spec=variant)
     raise ValueError(f"system {name!r}: {_variants(base)}")
@@ -71,7 +79,8 @@ def parse_system(name: str) -> SystemName:
 
 def _variants(base: str) -> str:
     if base in SERVED:
-        return "an ffwd system may name an engine: " + ", ".join(ENGINES)
+        return "an ffwd system may name an engine or a KV cache type: " + ", ".join(
+            (*ENGINES, *KV_VARIANTS))
     if base == LLAMA_SERVER:
         return "llama-server may name a speculation mode: " + ", ".join(
             (*SPEC_MODES, *EXTRA_SPEC_MODES))

@@ -131,7 +131,7 @@ def start_systems(
     from ffwd.engine.hf import HFBackend
 
     decoder = Decoder(service.tokenizer, service.format_name, frozenset(service.eos_ids))
-    started: dict[str, servers.ChildServer] = {}
+    started: dict[tuple[str, str | None], servers.ChildServer] = {}
     built: list[System] = []
     skipped: dict[str, str] = {}
     # The transformers systems share the served model's weights when it is one.
@@ -142,12 +142,12 @@ def start_systems(
         if why:
             skipped[name] = why
         elif sys_name.base in SERVED:
-            kind = sys_name.engine or engine
-            if kind not in started:
-                started[kind] = stack.enter_context(
-                    servers.ffwd_server(args.model, kind, threads, args.dtype))
+            kind, kv = sys_name.engine or engine, sys_name.kv
+            if (kind, kv) not in started:
+                started[kind, kv] = stack.enter_context(
+                    servers.ffwd_server(args.model, kind, threads, args.dtype, kv))
             fill, grammar, recall = ffwd_settings(sys_name.base)
-            built.append(FfwdHTTP(started[kind].url, fill, name, grammar, recall))
+            built.append(FfwdHTTP(started[kind, kv].url, fill, name, grammar, recall))
         elif sys_name.base == LLAMA_SERVER:
             start = partial(servers.llama_server, str(ref.path), threads,
                             service.backend.context_window, 512, sys_name.spec)

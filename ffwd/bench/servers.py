@@ -90,12 +90,15 @@ class ChildServer:
         self.stop()
 
 
-def ffwd_server(model: str, backend: str, threads: int, dtype: str) -> ChildServer:
-    """``ffwd serve`` on `backend`; FFWD_FILL_* settings in the environment apply."""
+def ffwd_server(
+    model: str, backend: str, threads: int, dtype: str, kv_cache: str | None = None
+) -> ChildServer:
+    """``ffwd serve`` on `backend` (llama.cpp: `kv_cache`, None for its default);
+    FFWD_FILL_* settings in the environment apply."""
     port = free_port()
     cmd = [sys.executable, "-m", "ffwd.cli", "serve", "--model", model, "--backend", backend,
            "--threads", str(threads), "--port", str(port), "--prompt-cache-bytes", "0",
-           "--fill", "off", "--dtype", dtype]
+           "--fill", "off", "--dtype", dtype, *(["--kv-cache", kv_cache] if kv_cache else [])]
     return ChildServer(f"ffwd-{backend}", cmd, port)
 
 

@@ -36,9 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
                         help="comma-separated, from: " + known_systems()
-                        + " (an ffwd system may name its engine: ffwd-off:transformers; "
-                        "llama-server:MODE is llama-server with that draft-free speculation "
-                        "mode)")
+                        + " (an ffwd system may name its engine, ffwd-off:transformers, or "
+                        "llama.cpp's KV cache type, ffwd-off:kv-f16; llama-server:MODE is "
+                        "llama-server with that draft-free speculation mode)")
     parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
     parser.add_argument("--backend", default="auto",
                         help="engine of the ffwd systems: auto|llamacpp|transformers")

@@ -46,8 +46,11 @@ def test_a_variant_is_an_engine_for_ffwd_and_a_speculation_mode_for_llama_server
     spec = parse_system("llama-server:ngram-cache")
     assert (spec.engine, spec.spec) == (None, "ngram-cache")
     assert parse_system("llama-server") == SystemName("llama-server")
+    kv = parse_system("ffwd-off:kv-f16")  # llama.cpp with an f16 KV cache
+    assert (kv.engine, kv.kv, kv.name) == ("llamacpp", "f16", "ffwd-off:kv-f16")
     for bad in ("llama-server:llamacpp", "ffwd-off:ngram-mod", "hf-generate:transformers",
-                "llama-server:ngram-nope", "llama-server:", "nope", "ffwd-off:cuda"):
+                "llama-server:ngram-nope", "llama-server:", "nope", "ffwd-off:cuda",
+                "llama-server:kv-f16", "ffwd-off:kv-f32"):
         with pytest.raises(ValueError):
             parse_system(bad)
 
