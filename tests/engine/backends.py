@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tiny_gguf import write_tiny_gguf
-from tiny_models import tiny_backend
+from tests.engine.tiny_gguf import write_tiny_gguf
+from tests.engine.tiny_models import tiny_backend
 
 CHUNK = 64  # ids per prefill forward (and the most per forward) in every case
 

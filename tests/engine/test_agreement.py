@@ -6,9 +6,9 @@ from __future__ import annotations
 import doctest
 
 import pytest
-from backends import make_backend
 
 from ffwd.bench import agreement
+from tests.engine.backends import make_backend
 
 
 def test_docstring_examples_hold() -> None:

@@ -19,9 +19,9 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
-from tiny_service import tiny_service
 
 from ffwd.serve.app import create_app
+from tests.engine.tiny_service import tiny_service
 
 EXAMPLES = 60  # per operation and generation mode (valid, invalid)
 seen: Counter[int] = Counter()

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backends import ATTENTION, CASES, CHUNK, RECURRENT, make_backend
+
+from tests.engine.backends import ATTENTION, CASES, CHUNK, RECURRENT, make_backend
 
 # float32 rounding between one forward of many ids and several of few; llama.cpp
 # attends over an f16 cache whose rounding also follows how many cells the cache

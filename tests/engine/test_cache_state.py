@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from backends import make_backend
 
 from ffwd.serve.prompt_cache import PromptCache
+from tests.engine.backends import make_backend
 
 A = [3, 9, 4, 12, 7, 7, 1, 30, 22, 5, 8]
 B = [40, 41, 2, 6, 18, 18, 50, 9]

@@ -6,12 +6,12 @@ import math
 from pathlib import Path
 
 import pytest
-from tiny_models import tiny_backend
 
 from ffwd.engine.cost import CostCurve
 from ffwd.engine.measure import measure
 from ffwd.fill.spans import Undo
 from ffwd.models import load_or_measure
+from tests.engine.tiny_models import tiny_backend
 
 
 def test_measure_covers_every_point_and_leaves_the_cache_empty() -> None:

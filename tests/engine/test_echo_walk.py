@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from test_generate import ECHO, run
-from tiny_models import repetitive_prompt
 
 from ffwd.bench.acceptance import echo_walk, position_rates
 from ffwd.engine.loop import fixed_policy
+from tests.engine.test_generate import ECHO, run
+from tests.engine.tiny_models import repetitive_prompt
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 import torch
-from backends import make_backend
-from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 from ffwd.config import FillConfig
 from ffwd.engine.events import TokenEvent
@@ -18,6 +16,8 @@ from ffwd.engine.sampling import SamplingParams
 from ffwd.engine.text import StopMatcher
 from ffwd.fill import FillPlan, FillRow, read_trace
 from ffwd.templates.text import Detokenizer
+from tests.engine.backends import make_backend
+from tests.engine.tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
 
 TOK = CharTokenizer()
 ECHO = FillConfig(mode="echo", k=2, trace=True)  # trace=True: cache checks on every step

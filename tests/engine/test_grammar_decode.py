@@ -9,7 +9,6 @@ from typing import Any
 
 import jsonschema
 import pytest
-from tiny_models import tiny_backend
 
 from ffwd.config import FillConfig
 from ffwd.engine.generate import GenerationResult, generate
@@ -22,6 +21,7 @@ from ffwd.models import load_tokenizer
 from ffwd.templates.formats import FORMATS, get_format
 from ffwd.templates.render import render_chat, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from tests.engine.tiny_models import tiny_backend
 
 MODE = {
     "type": "object",

@@ -10,10 +10,10 @@ from typing import Any
 import jsonschema
 import pytest
 from fastapi.testclient import TestClient
-from tiny_service import tiny_service
 
 from ffwd.config import FillConfig
 from ffwd.serve.app import create_app
+from tests.engine.tiny_service import tiny_service
 
 CHAT, TEXT = "/v1/chat/completions", "/v1/completions"
 MODE = {

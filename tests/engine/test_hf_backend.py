@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny_backend
 
 from ffwd.engine.hf import HFBackend
+from tests.engine.tiny_models import tiny_backend
 
 
 def _fresh_logits(family: str, ids: list[int]) -> torch.Tensor:

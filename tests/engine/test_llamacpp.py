@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from backends import make_backend
-from tiny_gguf import piece
 
 from ffwd.engine.llamacpp import init_llama, system_info
 from ffwd.models import check_vocab
+from tests.engine.backends import make_backend
+from tests.engine.tiny_gguf import piece
 
 
 def test_append_asks_llama_cpp_for_the_last_row_only() -> None:

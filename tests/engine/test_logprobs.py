@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import CharTokenizer, repetitive_prompt, tiny_backend, tiny_model
 
 from ffwd.config import FillConfig
 from ffwd.engine.events import TokenEvent
@@ -13,6 +12,7 @@ from ffwd.engine.generate import stream_generate
 from ffwd.engine.hf import HFBackend
 from ffwd.engine.loop import fixed_policy, token_logprob
 from ffwd.fill import FillPlan, FillRow
+from tests.engine.tiny_models import CharTokenizer, repetitive_prompt, tiny_backend, tiny_model
 
 TOK = CharTokenizer()
 

@@ -8,7 +8,6 @@ from collections.abc import Sequence
 
 import pytest
 import torch
-from tiny_models import tiny_backend
 
 import ffwd.engine.loop as loop
 from ffwd.engine.loop import fixed_policy, generate_step
@@ -24,6 +23,7 @@ from ffwd.engine.sampling import (
     verify_span,
 )
 from ffwd.fill import FillPlan, FillSession, Proposal, TokenView
+from tests.engine.tiny_models import tiny_backend
 
 
 def test_truncation_processors() -> None:

@@ -18,10 +18,10 @@ import jsonschema
 import pytest
 from fastapi.testclient import TestClient
 from openai import AsyncOpenAI, OpenAI
-from tiny_service import tiny_service
 
 from ffwd.config import FillConfig
 from ffwd.serve.app import create_app
+from tests.engine.tiny_service import tiny_service
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},

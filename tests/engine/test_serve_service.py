@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from tiny_service import tiny_service, tokenizer
 
 from ffwd.config import FillConfig, TokenLimits
 from ffwd.engine.generate import GenerationResult
@@ -19,6 +18,7 @@ from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.service import Event, ModelService
 from ffwd.templates.render import encode_prompt
+from tests.engine.tiny_service import tiny_service, tokenizer
 
 URL = "/v1/chat/completions"
 ASK = {"messages": [{"role": "user", "content": "What is the weather in Paris?"}]}

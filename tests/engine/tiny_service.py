@@ -7,13 +7,12 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from tiny_models import tiny_model
-
 from ffwd.config import FillConfig, TokenLimits
 from ffwd.engine.hf import HFBackend
 from ffwd.models import load_tokenizer
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import ModelService, Prepared
+from tests.engine.tiny_models import tiny_model
 
 
 @cache

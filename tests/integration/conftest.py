@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from live_server import Server
+
+from tests.integration.live_server import Server
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,9 @@ from typing import Any, Literal
 import anthropic
 import httpx
 import pytest
-from live_server import Server
 from openai import AsyncOpenAI, OpenAI
+
+from tests.integration.live_server import Server
 
 pytestmark = pytest.mark.slow
 

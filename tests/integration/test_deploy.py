@@ -24,10 +24,10 @@ from typing import Any
 
 import httpx
 import pytest
-from live_server import Server
 from openai import OpenAI
 
 from ffwd.bench.load import TOOLS
+from tests.integration.live_server import Server
 
 pytestmark = pytest.mark.slow
 

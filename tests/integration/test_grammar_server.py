@@ -9,7 +9,8 @@ from typing import Any
 import jsonschema
 import openai
 import pytest
-from live_server import Server
+
+from tests.integration.live_server import Server
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from live_server import ROOT, Server
+
+from tests.integration.live_server import ROOT, Server
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from live_server import Server
 from openai import OpenAI
+
+from tests.integration.live_server import Server
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from scripted import call, result, text
 
 from ffwd.engine.events import TokenEvent
 from ffwd.engine.generate import GenerationResult
@@ -18,6 +17,7 @@ from ffwd.serve.errors import bad_request
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import Emit
 from ffwd.templates.formats.base import ContentDelta, ToolCall
+from tests.unit.scripted import call, result, text
 
 Script = list[TokenEvent | GenerationResult]
 

@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 from ray.exceptions import ActorDiedError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.schema import ServeDeploySchema
-from scripted import result, text
 
 from ffwd.config import TokenLimits, resolve_scale_config
 from ffwd.deploy.app import REPLICA_HEADER, Accepted, ModelReplica, RayExecutor
@@ -27,6 +26,7 @@ from ffwd.serve.errors import APIError, bad_request
 from ffwd.serve.execute import LocalExecutor
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import Emit
+from tests.unit.scripted import result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 FIN = result("Hello", prompt=5, completion=1, forward_calls=1)

@@ -7,7 +7,10 @@ from typing import Any
 
 import anthropic
 import pytest
-from agent_service import (  # noqa: F401 (fixtures)
+from fastapi.testclient import TestClient
+
+from ffwd.serve.app import create_app
+from tests.unit.agent_service import (  # noqa: F401 (fixtures)
     AgentService,
     client_fixture,
     hello,
@@ -16,11 +19,8 @@ from agent_service import (  # noqa: F401 (fixtures)
     text_then_call,
     weather_call,
 )
-from fastapi.testclient import TestClient
-from scripted import result, text
-from test_serve_app import Scripted
-
-from ffwd.serve.app import create_app
+from tests.unit.scripted import result, text
+from tests.unit.test_serve_app import Scripted
 
 URL = "/v1/messages"
 ASK = {"model": "tiny", "max_tokens": 64,

@@ -6,7 +6,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from agent_service import (  # noqa: F401 (fixtures)
+from fastapi.testclient import TestClient
+from openai import OpenAI
+
+from ffwd.serve.app import create_app
+from ffwd.serve.dialects.store import ResponseStore
+from ffwd.templates.formats.base import ToolCall
+from tests.unit.agent_service import (  # noqa: F401 (fixtures)
     AgentService,
     Script,
     client_fixture,
@@ -16,14 +22,8 @@ from agent_service import (  # noqa: F401 (fixtures)
     text_then_call,
     weather_call,
 )
-from fastapi.testclient import TestClient
-from openai import OpenAI
-from scripted import call, result
-from test_serve_app import Scripted
-
-from ffwd.serve.app import create_app
-from ffwd.serve.dialects.store import ResponseStore
-from ffwd.templates.formats.base import ToolCall
+from tests.unit.scripted import call, result
+from tests.unit.test_serve_app import Scripted
 
 URL = "/v1/responses"
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city.",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from served import echo_config
 
 from ffwd.fill import EchoSource, FillPlan, FillRow, FillSession
+from tests.unit.served import echo_config
 
 EOS = 99
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from served import echo_config
 
 from ffwd.fill import EchoSource, FillPlan, FillRow, FillSession
+from tests.unit.served import echo_config
 
 EOS = 0
 tokens = st.integers(min_value=0, max_value=6)  # small alphabet: many matches and forks

@@ -6,7 +6,6 @@ import math
 from collections.abc import Sequence
 
 import pytest
-from served import echo_config
 
 from ffwd.fill import (
     FillPlan,
@@ -16,6 +15,7 @@ from ffwd.fill import (
     StrictRowSource,
     TokenView,
 )
+from tests.unit.served import echo_config
 
 EOS = 99
 

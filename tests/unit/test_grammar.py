@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import torch
-from _tokenizers import tokenizer
 
 from ffwd.bench.bfcl import load_entries
 from ffwd.bench.replay import assistant_ids, in_schema_order
@@ -19,6 +18,7 @@ from ffwd.grammar import GrammarError, RequestGrammars
 from ffwd.templates.formats import FORMATS, get_format
 from ffwd.templates.render import normalize_tools, render_chat, resolve_template
 from ffwd.templates.rows import default_eos_ids
+from tests.unit._tokenizers import tokenizer
 
 STR = {"type": "string"}
 WEATHER = {

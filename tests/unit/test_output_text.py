@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 
-from _tokenizers import tokenizer
-
 from ffwd.engine.events import TokenEvent
 from ffwd.engine.text import OutputText
 from ffwd.fill import FillPlan, FillRow, FillSession, Proposal
 from ffwd.templates.formats import get_format
 from ffwd.templates.formats.base import ContentDelta, ToolCallDelta
 from ffwd.templates.formats.repeats import RepeatFilter
+from tests.unit._tokenizers import tokenizer
 
 
 def call(index: int, name: str | None = None, arguments: str = "") -> ToolCallDelta:

@@ -7,10 +7,10 @@ import sys
 from typing import Any
 
 import pytest
-from _tokenizers import tokenizer
 
 from ffwd.templates.formats import FORMATS, get_format
 from ffwd.templates.render import builtin_template, normalize_tools, render_chat, resolve_template
+from tests.unit._tokenizers import tokenizer
 
 WEATHER = {
     "name": "get_weather",

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from _tokenizers import tokenizer
 
 from ffwd.bench.bfcl import CATEGORIES, load_entries
 from ffwd.bench.replay import ReplayResult, replay, replay_one
 from ffwd.cli import main
 from ffwd.fill import FillPlan, FillRow
 from ffwd.templates.formats import FORMATS
+from tests.unit._tokenizers import tokenizer
 
 JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object", "null"}
 

@@ -12,13 +12,13 @@ import importlib
 from typing import Any
 
 import pytest
-from _tokenizers import SPECS, tokenizer
 
 from ffwd.bench.replay import ReplayResult, replay_turn
 from ffwd.fill import FillSession
 from ffwd.templates.formats import FORMATS
 from ffwd.templates.render import render_chat, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from tests.unit._tokenizers import SPECS, tokenizer
 
 STR = {"type": "string"}
 INT = {"type": "integer"}

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from scripted import call, result, text
 
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
@@ -17,6 +16,7 @@ from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import Emit
 from ffwd.templates.formats.base import ToolCall
+from tests.unit.scripted import call, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from scripted import held, result, text
-from test_serve_app import CHAT, Scripted, sse
 
 from ffwd.engine.events import Alternative
 from ffwd.serve.app import create_app
 from ffwd.serve.request import GenerationRequest
+from tests.unit.scripted import held, result, text
+from tests.unit.test_serve_app import CHAT, Scripted, sse
 
 URL = "/v1/chat/completions"
 

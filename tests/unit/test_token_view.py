@@ -8,11 +8,7 @@ import re
 from typing import Any, get_args
 
 import pytest
-from agent_service import AgentService, Script
 from fastapi.testclient import TestClient
-from scripted import result
-from test_deploy_app import Handle
-from test_serve_app import sse
 
 from ffwd.config import REQUEST_FILL_TYPES
 from ffwd.deploy.app import REPLICA_HEADER, Accepted, RayExecutor
@@ -21,6 +17,10 @@ from ffwd.serve.app import create_app
 from ffwd.serve.playground import ASSETS, PAGE, PAGE_PATHS, static_file
 from ffwd.serve.protocol import FfwdSettings
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolCallDelta
+from tests.unit.agent_service import AgentService, Script
+from tests.unit.scripted import result
+from tests.unit.test_deploy_app import Handle
+from tests.unit.test_serve_app import sse
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
 ASK = {"model": "tiny", "messages": [{"role": "user", "content": "Weather in Paris?"}],
