@@ -450,11 +450,14 @@ def test_decline_counts_and_keeps_learning_from_samples() -> None:
 def test_commit_tested_limits_what_counts_as_rejected() -> None:
     s = session(sources=[ListSource([5, 6, 7, 8])])
     p = s.push(1)
-    assert p is not None
+    assert p is not None and p.run == 0 and len(p.ids) == 4
+    before = s.acceptance(p)
     s.commit(p, 1, tested=2)
     assert (s.stats.verify_accepted, s.stats.verify_rejected) == (1, 1)
     rates = s.acceptance(p)
-    assert rates[0] > rates[1] or rates[1] < 0.8  # position 1 learned a rejection
+    assert rates[0] > before[0]  # position 0 learned an acceptance
+    assert rates[1] < before[1]  # position 1 learned a rejection
+    assert rates[2:] == before[2:]  # positions 2 and 3 (other run buckets) were not tested
 
 
 class FakeGrammar:
