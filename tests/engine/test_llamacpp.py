@@ -41,11 +41,13 @@ class Tokenizer:
     def __init__(self, size: int = 64, eos: int = 2, names: dict[int, str] | None = None) -> None:
         self.size, self.eos_token_id, self.unk_token_id = size, eos, 0
         self.names = names or {}
+        self.asked: list[int] = []  # the ids whose spelling was compared
 
     def __len__(self) -> int:
         return self.size
 
     def convert_ids_to_tokens(self, i: int) -> str:
+        self.asked.append(i)
         return self.names.get(i, piece(i))
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -53,7 +55,12 @@ class Tokenizer:
 
 
 def test_the_vocabulary_check_accepts_the_matching_tokenizer() -> None:
-    check_vocab(make_backend("llamacpp:llama", eos=(2,)), Tokenizer(), "tiny")
+    b = make_backend("llamacpp:llama", eos=(2,))
+    tok = Tokenizer()
+    check_vocab(b, tok, "tiny")  # raises on a mismatch
+    # It compared the spelling of every end id, and they agree.
+    assert b.eos_ids == {2} and tok.asked == [2]
+    assert tok.convert_ids_to_tokens(2) == b.token_text(2)
 
 
 @pytest.mark.parametrize(
