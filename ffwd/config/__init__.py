@@ -1,0 +1,55 @@
+"""Every FFWD_* setting, resolved and validated in one place.
+
+Values come from the environment or from explicit overrides (CLI flags, the
+``ffwd`` object of a request). A malformed value raises `ValueError` naming
+the variable, the value and what is accepted; nothing falls back silently.
+No module outside this package reads `os.environ`.
+
+* `fill`: FFWD_FILL and FFWD_FILL_* (process and per-request fill settings)
+* `engine`: FFWD_BACKEND, FFWD_THREADS, FFWD_KV_CACHE ... (how the model runs)
+* `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR
+* `scale`: replicas and routing under Ray Serve (flags only)
+"""
+
+from ffwd.config.engine import (
+    BACKENDS,
+    DTYPES,
+    KV_CACHES,
+    BackendKind,
+    Dtype,
+    EngineConfig,
+    KvCache,
+    resolve_backend,
+    resolve_device,
+    resolve_dtype,
+    resolve_engine_config,
+)
+from ffwd.config.fill import (
+    FILL_MODES,
+    REQUEST_FILL_TYPES,
+    SERVER_DEFAULT_FILL,
+    FillConfig,
+    FillMode,
+    resolve_fill_config,
+    resolve_fill_mode,
+)
+from ffwd.config.scale import ROUTERS, Router, ScaleConfig, resolve_scale_config
+from ffwd.config.server import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PROMPT_CACHE_BYTES,
+    TokenLimits,
+    cache_dir,
+    check_limits,
+    resolve_token_limits,
+)
+from ffwd.values import SettingError
+
+__all__ = [
+    "BACKENDS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_PROMPT_CACHE_BYTES",
+    "DTYPES", "FILL_MODES", "KV_CACHES", "REQUEST_FILL_TYPES", "ROUTERS", "SERVER_DEFAULT_FILL",
+    "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache", "Router",
+    "ScaleConfig", "SettingError", "TokenLimits", "cache_dir", "check_limits",
+    "resolve_backend", "resolve_device", "resolve_dtype", "resolve_engine_config",
+    "resolve_fill_config", "resolve_fill_mode", "resolve_scale_config", "resolve_token_limits",
+]

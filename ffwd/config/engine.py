@@ -1,0 +1,81 @@
+"""Engine settings: how the model is loaded and run (FFWD_BACKEND ... FFWD_KV_CACHE)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settings
+
+#     FFWD_BACKEND        auto|llamacpp|transformers (models.choose_backend)  auto
+#     FFWD_DTYPE          auto|float32|bfloat16|float16 (transformers)       auto
+#     FFWD_DEVICE         auto|cpu|cuda|cuda:N                               auto
+#     FFWD_THREADS        compute threads, 0 = torch's default               0
+#     FFWD_PREFILL_CHUNK  prompt ids per prefill forward, >= 1               512
+#     FFWD_CONTEXT        llama.cpp context ids, 0 = the model's (<= 8192)   0
+#     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr            0
+#     FFWD_KV_CACHE       llama.cpp's cache: auto|q8_0|f16|bf16              auto
+#
+# The KV cache's type decides which attention kernel llama.cpp runs: with an f16
+# cache a one-id forward splits its attention over the threads (past 256 ids) and
+# a batch of 64 or more takes a tiled kernel, so both round differently from the
+# rest; with q8_0 (or bf16) every forward takes the same per-row kernel, and greedy
+# output no longer depends on fill or on the prompt cache (ffwd.bench.agreement).
+# auto: q8_0 where the model's head sizes fit its 32-value blocks, else bf16.
+
+Dtype = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
+resolve_dtype: Callable[[object], Dtype] = choice(
+    "FFWD_DTYPE", DTYPES, {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"})
+
+
+def resolve_device(raw: object) -> str:
+    """auto, cpu, cuda or cuda:N; raise naming FFWD_DEVICE otherwise."""
+    s = raw.strip().lower() if isinstance(raw, str) else "" if raw is None else None
+    if s in ("", "auto", "cpu", "cuda") or (s and s.startswith("cuda:") and s[5:].isdigit()):
+        return s or "auto"
+    raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
+
+
+KvCache = Literal["auto", "q8_0", "f16", "bf16"]
+KV_CACHES: tuple[KvCache, ...] = ("auto", "q8_0", "f16", "bf16")
+
+BackendKind = Literal["auto", "llamacpp", "transformers"]
+BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
+resolve_backend: Callable[[object], BackendKind] = choice("FFWD_BACKEND", BACKENDS)
+
+
+_ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
+    "backend": ("FFWD_BACKEND", resolve_backend),
+    "dtype": ("FFWD_DTYPE", resolve_dtype),
+    "device": ("FFWD_DEVICE", resolve_device),
+    "threads": ("FFWD_THREADS", int_in("FFWD_THREADS", 0, 1024)),
+    "prefill_chunk": ("FFWD_PREFILL_CHUNK", int_in("FFWD_PREFILL_CHUNK", 1, 1 << 16)),
+    "context": ("FFWD_CONTEXT", int_in("FFWD_CONTEXT", 0, 1 << 24)),
+    "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
+    "kv_cache": ("FFWD_KV_CACHE", choice("FFWD_KV_CACHE", KV_CACHES)),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the model is loaded and run (see the table above)."""
+
+    backend: BackendKind = "auto"
+    dtype: Dtype = "auto"
+    device: str = "auto"
+    threads: int = 0
+    prefill_chunk: int = 512
+    context: int = 0
+    llamacpp_log: bool = False
+    kv_cache: KvCache = "auto"
+
+
+def resolve_engine_config(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+) -> EngineConfig:
+    """Engine settings from the environment (or `env`), then non-None `overrides` on top."""
+    env = os.environ if env is None else env
+    return EngineConfig(**parse_settings("engine", _ENGINE_SETTINGS, env, overrides))

@@ -1,0 +1,72 @@
+"""The server's limits (ffwd serve, and every replica under ffwd.deploy) and the cache folder.
+
+    FFWD_DEFAULT_MAX_TOKENS  output ids when a request names no limit     1024
+    FFWD_MAX_TOKENS_LIMIT    the most output ids a request may ask for     4096
+    FFWD_CACHE_DIR           converted models, tokenizers, cost curves     ~/.cache/ffwd
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ffwd.values import Parser, int_in, parse_settings
+
+DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
+DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
+DEFAULT_PROMPT_CACHE_BYTES = 1 << 30  # KV states of other conversations kept, LRU
+# One request holds the only worker while it decodes: ~90 ids/s here, so the
+# limit bounds a request to under a minute unless the operator allows more.
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLimits:
+    """How many ids one request may generate: `default` when it names no limit, and at
+    most `limit` (a request over it is a 400 that names it)."""
+
+    default: int = 1024
+    limit: int = 4096
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.default <= self.limit:
+            raise ValueError(f"--default-max-tokens {self.default}: expected an integer from "
+                             f"1 to --max-tokens-limit ({self.limit})")
+
+
+_TOKEN_LIMITS: dict[str, tuple[str, Parser]] = {
+    "default": ("FFWD_DEFAULT_MAX_TOKENS", int_in("FFWD_DEFAULT_MAX_TOKENS", 1, 1 << 24)),
+    "limit": ("FFWD_MAX_TOKENS_LIMIT", int_in("FFWD_MAX_TOKENS_LIMIT", 1, 1 << 24)),
+}
+
+
+def resolve_token_limits(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, object] | None = None
+) -> TokenLimits:
+    """The output limits from the environment (or `env`), then non-None `overrides`."""
+    env = os.environ if env is None else env
+    return TokenLimits(**parse_settings("token limit", _TOKEN_LIMITS, env, overrides))
+
+
+def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_bytes: int) -> None:
+    """Raise `ValueError` naming the flag of any server limit out of range."""
+    if max_queue < 1:
+        raise ValueError(f"--max-queue {max_queue}: expected an integer >= 1")
+    if prompt_cache_bytes < 0:
+        raise ValueError(f"--prompt-cache-bytes {prompt_cache_bytes}: expected >= 0")
+    if not 0 < port < 65536:
+        raise ValueError(f"--port {port}: expected 1..65535")
+    if max_body_bytes < 1024:
+        raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
+
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where converted models and tokenizers are kept (FFWD_CACHE_DIR)."""
+    env = os.environ if env is None else env
+    raw = env.get("FFWD_CACHE_DIR", "").strip()
+    if raw:
+        return Path(raw).expanduser()
+    xdg = env.get("XDG_CACHE_HOME", "").strip()
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ffwd"
