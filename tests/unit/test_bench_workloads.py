@@ -7,7 +7,7 @@ from collections import Counter
 
 from ffwd.bench.fidelity import identity
 from ffwd.bench.run import schedule
-from ffwd.bench.workloads import Item, echo_items, prose_items, select
+from ffwd.bench.workloads import PROSE_QUESTIONS, Item, echo_items, prose_items, select
 
 
 def test_echo_selection_is_deterministic_with_a_seed() -> None:
@@ -36,7 +36,19 @@ def test_select_builds_every_workload_row() -> None:
     assert rows == {"tools/required": 1, "tools/auto": 1, "echo": 2, "prose": 1}
     assert all(i.single_call and i.tools for i in items if i.workload.startswith("tools"))
     assert len({i.key for i in items}) == len(items)
-    assert prose_items(2, seed=3, max_tokens=8) == prose_items(2, seed=3, max_tokens=8)
+
+
+def test_prose_questions_are_drawn_by_the_seed() -> None:
+    def questions(seed: int) -> list[str]:
+        items = prose_items(3, seed=seed, max_tokens=8)
+        assert all(i.workload == "prose" and not i.tools and i.max_tokens == 8 for i in items)
+        return [i.messages[0]["content"] for i in items]
+
+    drawn = questions(3)
+    assert len(set(drawn)) == 3 and set(drawn) <= set(PROSE_QUESTIONS)
+    assert questions(3) == drawn
+    assert questions(4) != drawn
+    assert len(prose_items(len(PROSE_QUESTIONS) + 1, seed=0, max_tokens=8)) == len(PROSE_QUESTIONS)
 
 
 def test_schedule_interleaves_and_rotates() -> None:
