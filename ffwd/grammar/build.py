@@ -21,8 +21,11 @@ booleans as ``True``/``False``, anything else as raw text up to
 (``true`` or a schema re-opens it; ``"strict": true`` closes every object); an
 object inside the arguments that lists none is a free-form map, and a tool
 that takes no parameters takes ``{}``.
-``response_format`` follows JSON Schema as written (open objects), unless
-``strict`` closes it.
+``response_format`` (and so ``text.format`` and ``output_config``) follows the
+same rule: an object that lists ``properties`` without saying
+``additionalProperties`` gets no other keys (as llama.cpp's converter does: a
+small model otherwise adds keys of its own and rambles until ``max_tokens``);
+``strict`` closes every object.
 """
 
 from __future__ import annotations
@@ -219,6 +222,6 @@ def response_format_rule(response_format: object) -> str | None:
             'response_format json_schema: expected {"json_schema": {"name": ..., '
             '"schema": {...}, "strict": ...}} with a JSON Schema object as "schema"'
         )
-    if spec.get("strict") is True:  # type: ignore[union-attr]
-        schema = strict_schema(schema)
-    return json_rule(schema)
+    # Closed as tool arguments are: what a client means by listing the properties.
+    strict = spec.get("strict") is True  # type: ignore[union-attr]
+    return json_rule(strict_schema(schema, listed_only=not strict))

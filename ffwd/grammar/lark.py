@@ -89,10 +89,12 @@ _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains")
 
 
-def strict_schema(schema: Any, listed_only: bool = False) -> Any:
+def strict_schema(schema: Any, listed_only: bool = False, part: bool = False) -> Any:
     """A copy of `schema` in which every object schema that does not say
     otherwise forbids properties it does not list (`listed_only`: only those that
-    list some `properties`; ``{"type": "object"}`` stays a free-form map).
+    list some `properties`; ``{"type": "object"}`` stays a free-form map, and so
+    does an object put together with ``allOf``: each `part` lists only some of its
+    keys, so closing any one would refuse the others).
 
     >>> strict_schema({"type": "object", "properties": {"a": {"type": "object"}}})
     {'type': 'object', 'properties': {'a': {'type': 'object', 'additionalProperties': False}}, \
@@ -105,13 +107,16 @@ def strict_schema(schema: Any, listed_only: bool = False) -> Any:
     out: dict[str, Any] = dict(schema)
     for key in _SUBSCHEMA_LISTS:
         if isinstance(out.get(key), list):
-            out[key] = [strict_schema(s, listed_only) for s in out[key]]
+            out[key] = [strict_schema(s, listed_only, listed_only and key == "allOf")
+                        for s in out[key]]
     for key in _SUBSCHEMA_MAPS:
         if isinstance(out.get(key), Mapping):
             out[key] = {k: strict_schema(s, listed_only) for k, s in out[key].items()}
     for key in _SUBSCHEMAS:
         if isinstance(out.get(key), Mapping):
             out[key] = strict_schema(out[key], listed_only)
+    if listed_only and (part or "allOf" in out):
+        return out
     kind = out.get("type")
     is_object = kind == "object" or (isinstance(kind, list) and "object" in kind)
     lists = bool(out.get("properties")) or ("properties" in out and not listed_only)
