@@ -71,3 +71,25 @@ def test_response_format_json_schema_content_validates(server: Server) -> None:
                          "json_schema": {"name": "place", "schema": schema, "strict": True}},
     )
     jsonschema.validate(json.loads(reply.choices[0].message.content or ""), schema)
+
+
+def test_an_instructor_style_schema_gets_exactly_its_keys(server: Server) -> None:
+    """instructor sends the model's JSON Schema without additionalProperties: the reply has
+    the listed keys and ends there, through Chat Completions and Responses alike."""
+    schema = {"title": "Pet", "type": "object", "required": ["name", "species"],
+              "properties": {"name": {"title": "Name", "type": "string"},
+                             "species": {"title": "Species", "type": "string"}}}
+    ask = "Rex is a dog who lives with Ada. Extract the pet."
+    reply = client(server).chat.completions.create(
+        model="default", max_tokens=60, temperature=0,
+        messages=[{"role": "user", "content": ask}],
+        response_format={"type": "json_schema", "json_schema": {"name": "Pet", "schema": schema}},
+    )
+    assert reply.choices[0].finish_reason == "stop", reply.choices[0].message.content
+    assert set(json.loads(reply.choices[0].message.content or "")) == {"name", "species"}
+    response = client(server).responses.create(
+        model="default", max_output_tokens=60, temperature=0, input=ask,
+        text={"format": {"type": "json_schema", "name": "Pet", "schema": schema}},
+    )
+    assert response.status == "completed", response.output_text
+    assert set(json.loads(response.output_text)) == {"name", "species"}
