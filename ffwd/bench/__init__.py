@@ -1,1 +1,15 @@
-"""Benchmarks, workloads and the model-free replay."""
+"""What ``ffwd bench`` and ``ffwd replay`` run, and the measures README tells users to run.
+
+* `run`: ``ffwd bench``, every system on the same items, interleaved;
+  `report`, `targets` and `fidelity` turn its records into numbers, verdicts
+  and the report; ``python -m ffwd.bench.readme`` writes README's section.
+* `workloads`: the items (BFCL tool calls, echo, prose, agent conversations).
+* `systems`: what is compared (ffwd over HTTP, llama.cpp's server, transformers'
+  ``generate``), how each is named and how its server is started.
+* `replay`: ``ffwd replay``, the model-free measure of the strict tier.
+* `agreement`: ``python -m ffwd.bench.agreement``, whether an engine's batched
+  and one-id forwards pick the same greedy ids.
+
+Developer instruments (load runs, micro-benchmarks, conformance) live in the
+repository's ``tools/``, outside the installed package.
+"""

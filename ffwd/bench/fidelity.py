@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ffwd.bench.systems import LLAMA_SERVER, Outcome
+from ffwd.bench.systems import Outcome
+from ffwd.bench.systems.names import LLAMA_SERVER
 from ffwd.bench.workloads import Item
 
 PEERS = (LLAMA_SERVER, "hf-generate")

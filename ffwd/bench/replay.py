@@ -9,7 +9,7 @@ injected (skipped), a difference is a **mismatch** (a bug in the rows).
 
 ``replay(entries, tokenizer, fmt=None, tool_choice="auto", grammar=False)``
 (a `ReplayResult`) is the library form (``replay_turn`` replays any one assistant message);
-`ffwd.bench.replay_cli` is the command line: one JSON object per cell with
+`ffwd.cli.replay` is the command line: one JSON object per cell with
 ``--json`` (``entries, tokens, injected, fraction, mismatches, by_kind``) or
 a table. The assistant ids run through the first EOS; when the prompt's last
 token merges with the turn (its ids are not a prefix of the whole

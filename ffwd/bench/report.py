@@ -5,7 +5,7 @@ records ``{workload, item, system, repeat, tokens, seconds, forward_calls,
 injected, verify_accepted, verify_rejected, parsed}`` per workload row and
 system; ``speedups``, ``check_targets`` and ``default_fill`` read that summary;
 ``render_markdown(results)`` formats the whole results dict that
-`ffwd.bench.cli` writes to ``results.json``.
+`ffwd.cli.bench` writes to ``results.json``.
 
 Throughput is output ids (injected ones included) per second of decoding
 (wall time minus prefill, which fill does not touch) over a repeat's items; a
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 # check_targets and default_fill live in ffwd.bench.targets; importers read them here
-from ffwd.bench.names import LLAMA_SERVER
+from ffwd.bench.systems.names import LLAMA_SERVER
 from ffwd.bench.targets import BASELINE, best_speculation
 from ffwd.bench.targets import check_targets as check_targets
 from ffwd.bench.targets import default_fill as default_fill

@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.bench import report
-from ffwd.bench.names import LLAMA_SERVER, SERVED, SystemName, ffwd_settings, parse_system
-from ffwd.bench.systems import Outcome, System, chat_request, parses
+from ffwd.bench.systems import Outcome, System, parses
+from ffwd.bench.systems.ffwd_http import chat_request
+from ffwd.bench.systems.names import LLAMA_SERVER, SERVED, SystemName, ffwd_settings, parse_system
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
 
@@ -125,9 +126,10 @@ def start_systems(
     threads: int, stack: ExitStack,
 ) -> tuple[list[System], dict[str, str]]:
     """The systems named (in that order), their servers started on `stack`; and why not."""
-    from ffwd.bench import servers
-    from ffwd.bench.hf_generate import LOOKUP_TOKENS, HFGenerate
-    from ffwd.bench.systems import Decoder, FfwdHTTP, LlamaServerHTTP
+    from ffwd.bench.systems import Decoder, servers
+    from ffwd.bench.systems.ffwd_http import FfwdHTTP
+    from ffwd.bench.systems.hf_generate import LOOKUP_TOKENS, HFGenerate
+    from ffwd.bench.systems.llama_http import LlamaServerHTTP
     from ffwd.engine.hf import HFBackend
 
     decoder = Decoder(service.tokenizer, service.format_name, frozenset(service.eos_ids))
@@ -215,9 +217,9 @@ def _run_all(
 
 def _bound(tokenizer: Any, fmt: str, bfcl: Sequence[str], limit: int) -> dict[str, float]:
     """The replay fraction (model-free limit of the strict tier) on the same BFCL entries."""
-    from ffwd.bench.bfcl import load_entries
     from ffwd.bench.replay import replay
     from ffwd.bench.workloads import TOOL_CHOICES
+    from ffwd.bench.workloads.bfcl import load_entries
 
     entries = [e for c in bfcl for e in load_entries(c, limit)]
     return {choice: round(replay(entries, tokenizer, fmt, choice).fraction, 4)
@@ -251,7 +253,7 @@ def environment(
         "device": str(backend.device),
     }
     if llama_server:
-        from ffwd.bench.llama_server import system_info as server_info
+        from ffwd.bench.systems.llama_server import system_info as server_info
 
         env["xllamacpp"] = _version("xllamacpp")
         env["llama_server_system_info"] = server_info()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ffwd.bench.names import ECHO_NO_RECALL, LLAMA_SERVER
+from ffwd.bench.systems.names import ECHO_NO_RECALL, LLAMA_SERVER
 
 BASELINE = "ffwd-off"
 ECHO = "ffwd-echo"

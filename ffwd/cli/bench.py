@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 from ffwd.bench import report
-from ffwd.bench.names import ALL_SYSTEMS, known_systems, parse_system
 from ffwd.bench.run import run_bench
+from ffwd.bench.systems.names import ALL_SYSTEMS, known_systems, parse_system
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
 
 DEFAULT_LIMIT, QUICK_LIMIT = 4, 1

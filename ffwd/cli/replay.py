@@ -21,7 +21,7 @@ from ffwd.templates.rows import compile_tools, default_eos_ids
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from ffwd.bench.bfcl import CATEGORIES
+    from ffwd.bench.workloads.bfcl import CATEGORIES
     from ffwd.templates.formats import FORMATS
 
     parser.add_argument(
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ffwd.bench.bfcl import load_entries
+    from ffwd.bench.workloads.bfcl import load_entries
     from ffwd.models import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer)

@@ -1,13 +1,13 @@
-"""The model-free echo replay (`ffwd.bench.acceptance`) against the real decode loop."""
+"""The model-free echo replay (`tools.acceptance`) against the real decode loop."""
 
 from __future__ import annotations
 
 import pytest
 
-from ffwd.bench.acceptance import echo_walk, position_rates
 from ffwd.engine.loop import fixed_policy
 from tests.engine.test_generate import ECHO, run
 from tests.engine.tiny_models import repetitive_prompt
+from tools.acceptance import echo_walk, position_rates
 
 
 @pytest.mark.parametrize("seed", range(4))

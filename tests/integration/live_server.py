@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from ffwd.bench.servers import ChildServer, free_port
+from ffwd.bench.systems.servers import ChildServer, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,6 @@
 """The promises on the default path (embedded model, llama.cpp, default threads, fill echo,
 grammar on) with inputs nobody picked: hypothesis draws tool schemas, prompts, seeds,
-temperatures, tool_choice, parallel calls and response formats (`ffwd.bench.conformance`).
+temperatures, tool_choice, parallel calls and response formats (`tools.conformance`).
 Each reply is a 200 with valid calls (no keys outside the schema) or an honest length cut,
 no call twice, streamed == plain, greedy cold == warm."""
 
@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from ffwd.bench import conformance
+from tools import conformance
 
 pytestmark = pytest.mark.slow
-EXAMPLES = 8  # `python -m ffwd.bench.conformance --examples 500` runs many more
+EXAMPLES = 8  # `python -m tools.conformance --examples 500` runs many more
 
 
 @pytest.fixture(scope="module")

@@ -26,8 +26,8 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from ffwd.bench.load import TOOLS
 from tests.integration.live_server import Server
+from tools.load import TOOLS
 
 pytestmark = pytest.mark.slow
 

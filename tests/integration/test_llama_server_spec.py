@@ -10,8 +10,8 @@ import textwrap
 import httpx
 import pytest
 
-from ffwd.bench import servers
-from ffwd.bench.names import EXTRA_SPEC_MODES, SPEC_MODES
+from ffwd.bench.systems import servers
+from ffwd.bench.systems.names import EXTRA_SPEC_MODES, SPEC_MODES
 from ffwd.models import resolve_model
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from collections import Counter, defaultdict
 from itertools import pairwise
 from typing import Any
 
-from ffwd.bench.agent import AGENT_TOOLS, agent_items, apply_edit, edits
-from ffwd.bench.items import Function, Item, functions
 from ffwd.bench.workloads import ECHO_MODULES, select
+from ffwd.bench.workloads.agent import AGENT_TOOLS, agent_items, apply_edit, edits
+from ffwd.bench.workloads.items import Function, Item, functions
 
 ITEMS = agent_items(4, seed=0, max_chars=700, cap=300, modules=ECHO_MODULES)
 

@@ -5,15 +5,18 @@ server: fakes and mocked HTTP)."""
 from __future__ import annotations
 
 import argparse
-import doctest
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
 import pytest
 
-from ffwd.bench import names, report
-from ffwd.bench.names import (
+from ffwd.bench import report
+from ffwd.bench.run import _run_all
+from ffwd.bench.systems import Outcome, with_drafts
+from ffwd.bench.systems.ffwd_http import FfwdHTTP, chat_body
+from ffwd.bench.systems.llama_http import LlamaServerHTTP
+from ffwd.bench.systems.names import (
     ALL_SYSTEMS,
     EXTRA_SYSTEMS,
     SPEC_MODES,
@@ -21,14 +24,8 @@ from ffwd.bench.names import (
     ffwd_settings,
     parse_system,
 )
-from ffwd.bench.run import _run_all
-from ffwd.bench.systems import FfwdHTTP, LlamaServerHTTP, Outcome, chat_body, with_drafts
 from ffwd.bench.workloads import Item
 from ffwd.cli import bench as cli_bench
-
-
-def test_names_doctests() -> None:
-    assert doctest.testmod(names).failed == 0
 
 
 def test_every_default_and_extra_name_parses_back_to_itself() -> None:

@@ -1,6 +1,6 @@
 """The fill micro-benchmark runs and actually exercises fills (no timing asserted)."""
 
-from ffwd.bench.fill_overhead import run
+from tools.fill_overhead import run
 
 
 def test_micro_benchmark_exercises_strict_and_echo() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import torch
 
-from ffwd.bench.bfcl import load_entries
 from ffwd.bench.replay import assistant_ids, in_schema_order
+from ffwd.bench.workloads.bfcl import load_entries
 from ffwd.grammar import GrammarError, RequestGrammars
 from ffwd.templates.formats import FORMATS, get_format
 from ffwd.templates.render import normalize_tools, render_chat, resolve_template
@@ -217,7 +217,7 @@ def test_the_mask_lets_only_grammar_ids_through_and_follows_rollbacks() -> None:
 
 
 @pytest.mark.parametrize(
-    "module", ["ffwd.grammar.lark", "ffwd.grammar.build", "ffwd.bench.grammar_overhead"]
+    "module", ["ffwd.grammar.lark", "ffwd.grammar.build", "tools.grammar_overhead"]
 )
 def test_docstring_examples_hold(module: str) -> None:
     result = doctest.testmod(importlib.import_module(module))

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ffwd.bench.bfcl import CATEGORIES, load_entries
 from ffwd.bench.replay import ReplayResult, replay, replay_one
+from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.cli import main
 from ffwd.fill import FillPlan, FillRow
 from ffwd.templates.formats import FORMATS

@@ -294,7 +294,7 @@ def test_a_fast_tokenizer_is_required() -> None:
         "ffwd.templates.formats.marker",
         "ffwd.templates.formats.jsonlayout",
         "ffwd.templates.formats.qwen_xml",
-        "ffwd.bench.bfcl",
+        "ffwd.bench.workloads.bfcl",
     ],
 )
 def test_docstring_examples_hold(module: str) -> None:

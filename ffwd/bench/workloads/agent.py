@@ -42,7 +42,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ffwd.bench.items import Function, Item, functions
+from ffwd.bench.workloads.items import Function, Item, functions
 
 SYSTEM = ("You are a coding agent in a Python repository. Use the tools to read and write "
           "files and to read and update tickets. Keep answers short.")

@@ -1,7 +1,7 @@
 """Bounded load run against a live ffwd server (one process or Ray replicas) on loopback.
 
-    python -m ffwd.bench.load --url http://127.0.0.1:8000 [--clients 4] [--seconds 120]
-    python -m ffwd.bench.load --workload agent --turns 4 [--clients 4] [--seconds 120]
+    python -m tools.load --url http://127.0.0.1:8000 [--clients 4] [--seconds 120]
+    python -m tools.load --workload agent --turns 4 [--clients 4] [--seconds 120]
 
 `mixed`: each client loops until the time is up, cycling through plain chat,
 a streamed chat, a forced tool call, a streamed tool call, and a streamed

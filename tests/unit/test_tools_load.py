@@ -1,14 +1,8 @@
-"""The load tool's agent conversations, without a server."""
+"""`tools.load`: the load tool's agent conversations, without a server."""
 
 from __future__ import annotations
 
-import doctest
-
-from ffwd.bench import load
-
-
-def test_docstring_examples() -> None:
-    assert doctest.testmod(load).failed == 0
+from tools import load
 
 
 def test_a_conversation_grows_by_the_reply_and_its_tool_results() -> None:

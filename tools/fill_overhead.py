@@ -1,6 +1,6 @@
 """Micro-benchmark: the cost of `FillSession.push` + `commit` per token.
 
-    python -m ffwd.bench.fill_overhead [--history 100000] [--steps 20000] [--json]
+    python -m tools.fill_overhead [--history 100000] [--steps 20000] [--json]
 
 Builds a synthetic session whose prompt is a long token history with the kind
 of repetition agents produce (re-quoted stretches), strict rows and echo on,

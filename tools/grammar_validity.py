@@ -1,6 +1,6 @@
 """How often a forced tool choice returns a valid call, on BFCL, per format.
 
-    python -m ffwd.bench.grammar_validity [--bfcl simple_python multiple] [--limit N]
+    python -m tools.grammar_validity [--bfcl simple_python multiple] [--limit N]
         [--format hermes ...] [--grammar on off] [--tool-choice required named]
         [--max-tokens 128] [--backend auto|llamacpp|transformers] [--json]
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import jsonschema
 
-from ffwd.bench.bfcl import CATEGORIES, load_entries
+from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.config import FillConfig
 from ffwd.engine.generate import GenerationResult
 from ffwd.serve.dialects.chat import parse_chat
@@ -82,7 +82,7 @@ def measure(
 def main(argv: Sequence[str] | None = None) -> int:
     from ffwd.models import load_backend, load_tokenizer
 
-    p = argparse.ArgumentParser(prog="python -m ffwd.bench.grammar_validity",
+    p = argparse.ArgumentParser(prog="python -m tools.grammar_validity",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--bfcl", nargs="+", choices=CATEGORIES, default=["simple_python", "multiple"])
     p.add_argument("--format", nargs="+", choices=list(FORMATS), default=list(FORMATS))

@@ -16,7 +16,7 @@ arguments and Python installation:
 * ``prose``: open-ended questions with nothing to copy (overhead).
 * ``agent``: `limit` multi-turn coding-agent conversations (four requests
   each: read a file, edit a function, write it back, close the ticket), over
-  tasks that recur across conversations (`ffwd.bench.agent`).
+  tasks that recur across conversations (`ffwd.bench.workloads.agent`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from ffwd.bench.agent import agent_items
-from ffwd.bench.items import Function, Item, functions
+from ffwd.bench.workloads.agent import agent_items
+from ffwd.bench.workloads.items import Function, Item, functions
 
 WORKLOADS = ("tools", "echo", "prose", "agent")
 TOOL_CHOICES = ("required", "auto")
@@ -65,7 +65,7 @@ PROSE_QUESTIONS = (
 
 def tool_items(categories: tuple[str, ...], limit: int, max_tokens: int) -> list[Item]:
     """Each category's first `limit` BFCL entries, once per tool choice."""
-    from ffwd.bench.bfcl import load_entries
+    from ffwd.bench.workloads.bfcl import load_entries
 
     out = []
     for choice in TOOL_CHOICES:

@@ -1,6 +1,6 @@
 """Micro-benchmark: what the grammar costs per token on BFCL tools.
 
-    python -m ffwd.bench.grammar_overhead [--bfcl multiple simple_python]
+    python -m tools.grammar_overhead [--bfcl multiple simple_python]
         [--format hermes ...] [--limit N] [--tool-choice required|auto] [--json]
 
 For every entry, the request's grammar is built (``tool_choice`` required by
@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from ffwd.bench.bfcl import CATEGORIES, load_entries
 from ffwd.bench.replay import assistant_ids, in_schema_order
+from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.grammar import RequestGrammars
 from ffwd.templates.formats import FORMATS
 from ffwd.templates.render import normalize_tools, render_chat, resolve_template
@@ -102,7 +102,7 @@ def _truth_ids(
 def main(argv: Sequence[str] | None = None) -> int:
     from ffwd.models import load_tokenizer
 
-    p = argparse.ArgumentParser(prog="python -m ffwd.bench.grammar_overhead",
+    p = argparse.ArgumentParser(prog="python -m tools.grammar_overhead",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--bfcl", nargs="+", choices=CATEGORIES, default=["multiple", "simple_python"])
     p.add_argument("--format", nargs="+", choices=list(FORMATS), default=list(FORMATS))

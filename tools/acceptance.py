@@ -9,7 +9,7 @@ beside the one the running estimate predicted (`ffwd.fill.spans`: what
 `PRIORS` are set from), `summarize` gives the figures that choose ``k``,
 ``candidates`` and ``max_span``.
 
-``python -m ffwd.bench.acceptance`` decodes the bench's workloads once and
+``python -m tools.acceptance`` decodes the bench's workloads once and
 replays a grid of settings over the outputs.
 """
 
@@ -153,7 +153,7 @@ def _ints(raw: str) -> list[int]:
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]:
     """(workload, prompt ids, greedy output ids) of every selected bench item."""
-    from ffwd.bench.systems import chat_request
+    from ffwd.bench.systems.ffwd_http import chat_request
     from ffwd.bench.workloads import WORKLOADS, select
     from ffwd.config import resolve_engine_config, resolve_fill_config
     from ffwd.engine.generate import generate
@@ -177,7 +177,7 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ffwd.bench.acceptance", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m tools.acceptance", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="all", help="tools, echo, prose or all")
     p.add_argument("--limit", type=int, default=3, help="items per workload")

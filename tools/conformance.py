@@ -1,4 +1,4 @@
-"""Every promise on the default path, on generated inputs: ``python -m ffwd.bench.conformance``.
+"""Every promise on the default path, on generated inputs: ``python -m tools.conformance``.
 
 Hypothesis draws tool schemas (nested objects, arrays, enums, integers, numbers,
 booleans, optional keys, ``anyOf``), user prompts, seeds, temperatures 0-1.2,
@@ -11,7 +11,7 @@ with arguments valid against their schema and no keys outside it (or an honest
 streamed == plain, and greedy cold == warm. `tests/integration/test_conformance.py`
 runs a few examples in ``make test``; the command runs more and prints the counts::
 
-    python -m ffwd.bench.conformance --examples 500
+    python -m tools.conformance --examples 500
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def run(examples: int, app: InProcess, seed: int = 0) -> tuple[Counter[str], lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ffwd.bench.conformance",
+    p = argparse.ArgumentParser(prog="python -m tools.conformance",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--examples", type=int, default=100)
     p.add_argument("--model", default="default")

@@ -1,6 +1,6 @@
 """llama.cpp's own server (from the prebuilt `xllamacpp` wheel) as a peer process.
 
-    python -m ffwd.bench.llama_server --model FILE.gguf --port N [--threads T]
+    python -m ffwd.bench.systems.llama_server --model FILE.gguf --port N [--threads T]
         [--ctx N] [--batch N] [--spec MODE]
 
 Serves llama-server's HTTP API (``/completion``, ``/v1/chat/completions``,
@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 
-from ffwd.bench.names import EXTRA_SPEC_MODES, SPEC_MODES
+from ffwd.bench.systems.names import EXTRA_SPEC_MODES, SPEC_MODES
 
 MODES = (*SPEC_MODES, *EXTRA_SPEC_MODES)  # llama-server's --spec-type names, no draft model
 
@@ -48,7 +48,7 @@ def spec_type(mode: str) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m ffwd.bench.llama_server")
+    p = argparse.ArgumentParser(prog="python -m ffwd.bench.systems.llama_server")
     p.add_argument("--model", required=True, help="a .gguf file")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--threads", type=int, default=2)

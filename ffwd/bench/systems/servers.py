@@ -5,7 +5,7 @@ waits for its ``/health``, and stops it (its own process only). The two kinds:
 
 * `ffwd_server`: ``ffwd serve`` on one engine, fill off by default (each
   request names its mode), no prompt cache, the bench's thread count.
-* `llama_server`: llama.cpp's own server (`ffwd.bench.llama_server`) on the
+* `llama_server`: llama.cpp's own server (`ffwd.bench.systems.llama_server`) on the
   same GGUF, threads, context and batch size, optionally with one of its
   draft-free speculation modes.
 """
@@ -107,7 +107,8 @@ def llama_server(
 ) -> ChildServer:
     """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off)."""
     port = free_port()
-    cmd = [sys.executable, "-m", "ffwd.bench.llama_server", "--model", gguf, "--port", str(port),
-           "--threads", str(threads), "--ctx", str(n_ctx), "--batch", str(n_batch),
+    cmd = [sys.executable, "-m", "ffwd.bench.systems.llama_server", "--model", gguf,
+           "--port", str(port), "--threads", str(threads), "--ctx", str(n_ctx),
+           "--batch", str(n_batch),
            *(["--spec", spec] if spec else [])]
     return ChildServer("llama-server" + (f"-{spec}" if spec else ""), cmd, port)
