@@ -1,7 +1,7 @@
 """The playground page, served at ``/`` and ``/playground`` by `ffwd serve` itself.
 
-One HTML page with its stylesheet and script (`ffwd/serve/static/`), no build
-step and nothing from elsewhere: the page talks to the server it came from
+One HTML page with its stylesheet and script modules (`ffwd/serve/static/`), no
+build step and nothing from elsewhere: the page talks to the server it came from
 through the public API only (``/v1/models``, ``/v1/chat/completions`` with
 ``"ffwd": {"tokens": true}``, ``/metrics``), so it works the same behind
 ``--replicas``. The page asks for the API key itself, so its own GET paths
@@ -18,8 +18,12 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 
 PAGE = "playground.html"
+# The script is ES modules, no build step: playground.js, the entry, imports the others
+# (the page preloads them all, so they load at once rather than one import at a time).
+SCRIPTS = ("playground.js", "chat.js", "dom.js", "form.js", "live.js", "numbers.js",
+           "request.js", "server.js", "state.js", "tokens.js")
 ASSETS = {"playground.css": "text/css; charset=utf-8",
-          "playground.js": "text/javascript; charset=utf-8"}
+          **{name: "text/javascript; charset=utf-8" for name in SCRIPTS}}
 PAGE_ROUTES = ("/", "/playground")
 PAGE_PATHS = frozenset({*PAGE_ROUTES, *(f"/playground/{name}" for name in ASSETS)})
 # Everything the page loads comes from this server; it calls only this server's API.

@@ -125,6 +125,9 @@ def test_fill_off_gives_the_same_greedy_text(tab: Tab) -> None:
     page.fill("#message", "Repeat this sentence: the quick brown fox jumps over the lazy dog.")
     tab.send(max_tokens=24)
     assert tab.notice() == ""
+    # The second reply's tokens answer the pointer (its view took the output over).
+    page.locator("#output .tok", has_text="quick").first.hover()
+    assert "quick" in page.inner_text("#tip")
     page.click("#compare")
     page.wait_for_selector(".comparison .verdict", timeout=WAIT_MS)
     page.wait_for_selector('#reply[aria-busy="false"]', timeout=WAIT_MS)
