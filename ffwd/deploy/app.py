@@ -28,10 +28,10 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from ffwd.deploy.router import StatsCollector
 from ffwd.deploy.spec import DeploySpec
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import TokenEvent
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import APIError, as_api_error, server_error
-from ffwd.serve.execute import LocalExecutor, Started, queue_full
+from ffwd.serve.execute import LocalExecutor, Put, Started, queue_full
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import load_service
@@ -70,29 +70,27 @@ class ModelReplica:
 
     async def generate(self, req: GenerationRequest) -> AsyncIterator[object]:
         loop = asyncio.get_running_loop()
-        items: asyncio.Queue[object] = asyncio.Queue()
+        # The run's events, a failure, or None once it has ended.
+        items: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
 
-        def put(item: object) -> None:
+        def put(item: TokenEvent | BaseException | None) -> None:
             loop.call_soon_threadsafe(items.put_nowait, item)
 
         try:
-            started = await self.executor.start(req, put, lambda: put(_END))
+            started = await self.executor.start(req, put, lambda: put(None))
         except APIError as exc:
             yield exc
             return
         yield Accepted(self.replica)
         try:
-            while (item := await items.get()) is not _END:
-                if isinstance(item, GenerationResult):
-                    item = replace(item, replica=self.replica)
-                elif isinstance(item, BaseException):
+            while (item := await items.get()) is not None:
+                if isinstance(item, BaseException):
                     item = as_api_error(item)  # an APIError pickles; any exception may not
+                elif item.result is not None:
+                    item = replace(item, result=replace(item.result, replica=self.replica))
                 yield item
         finally:
             started.job.cancel()  # the ingress cancelled the call (client gone), or we are done
-
-
-_END = object()
 
 
 def replica_lost(exc: BaseException) -> APIError:
@@ -163,7 +161,7 @@ class RayExecutor:
         if self._on_depth is not None:
             self._on_depth(self._waiting)
 
-    async def start(self, req: GenerationRequest, put: Callable[[object], None],
+    async def start(self, req: GenerationRequest, put: Put,
                     end: Callable[[], None]) -> Started:
         gen = cast(DeploymentResponseGenerator[Any], self.handle.generate.remote(req))
         self._count(+1)
@@ -188,7 +186,7 @@ class RayExecutor:
         pump.add_done_callback(self._pumps.discard)
         return Started(job, headers={REPLICA_HEADER: first.replica})
 
-    async def _pump(self, job: RayJob, put: Callable[[object], None],
+    async def _pump(self, job: RayJob, put: Put,
                     end: Callable[[], None]) -> None:
         """Move a replica's items to the app; a failure as an error; then the end."""
         self._running += 1

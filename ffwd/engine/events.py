@@ -1,27 +1,32 @@
-"""The one event a generation sends, from the decode loop to the wire.
+"""The one event type a generation streams, from the decode loop to the wire.
 
 `TokenEvent` is one emitted id, sampled or injected. The decode loop
 (`ffwd.engine.loop`) fills in what it knows: the id, its origin and, when asked,
 the model's own log-probability of it and the best alternatives. The text
 layer (`ffwd.engine.generate`) adds the token's own text and bytes, the output
 text it released and what the tool-call parser made of that text (`deltas`:
-content and call fragments). The server's dialect modules only translate these
-events; the last item of a stream is the joined `GenerationResult`.
+content and call fragments).
+
+The last event of a stream carries the finish, as mlx-lm's last
+``GenerationResponse`` does: it is no token of its own (`id` is `END`), its
+deltas are what was held back until the end, and its `result` is the whole
+generation (`GenerationResult`). Every other event has no result. The
+server's dialect modules only translate these events.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ffwd.templates.formats.base import Delta
+from ffwd.fill import FillStats, ProposalOrigin
+from ffwd.templates.formats.base import Delta, ToolCall
 
-TokenOrigin = Literal[
-    "sampled", "template", "schema", "grammar", "echo", "recall", "ngram", "mtp"]
+TokenOrigin = Literal["sampled", ProposalOrigin]
 # stop: the model ended (EOS) or a stop string matched; tool_calls: it ended with calls
 # (or reached the calls it may make); length: max_tokens; cancelled: the client left.
 FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]
-FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "tool_calls", "cancelled")
+END = -1  # the id of a stream's last event, which is no token
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,16 +39,78 @@ class Alternative:
     raw: bytes = b""  # its exact bytes
 
 
+@dataclass(slots=True)
+class GenerationResult:
+    """The whole generation, on the last event of a stream.
+
+    `content` and `calls` are the join of the deltas the events carried, the
+    last one's included, so they are exactly what a streaming client
+    assembled. `stop_sequence` is the stop string that ended the text, if one
+    did.
+    """
+
+    text: str
+    token_ids: list[int]  # emitted ids, EOS excluded
+    origins: list[TokenOrigin]
+    finish_reason: FinishReason
+    stats: FillStats
+    forward_calls: int  # prefill chunks included
+    prompt_tokens: int
+    cached_tokens: int  # prompt ids reused from the backend's cache
+    seconds: float
+    prefill_seconds: float
+    content: str = ""
+    calls: list[ToolCall] = field(default_factory=list)
+    stop_sequence: str | None = None
+    dropped_calls: int = 0  # calls that repeated an earlier one (dropped; the run stopped)
+    fill: str = "off"  # the fill mode that ran
+    grammar: bool = False  # whether a grammar constrained the output
+    replica: str | None = None  # the replica that ran it (scale-out)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.token_ids)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "text": self.text,
+            "token_ids": self.token_ids,
+            "finish_reason": self.finish_reason,
+            "stats": self.stats.as_dict(),
+            "forward_calls": self.forward_calls,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "seconds": round(self.seconds, 4),
+            "prefill_seconds": round(self.prefill_seconds, 4),
+        }
+
+    def ffwd_block(self) -> dict[str, Any]:
+        """What every API response reports in its ``ffwd`` object."""
+        injected: dict[str, int] = {}
+        for origin in self.origins:
+            if origin != "sampled":
+                injected[origin] = injected.get(origin, 0) + 1
+        block = {
+            "fill": self.fill, "grammar": self.grammar, "stats": self.stats.as_dict(),
+            "forward_calls": self.forward_calls, "injected_by_origin": injected,
+            "dropped_calls": self.dropped_calls,
+            "seconds": round(self.seconds, 4), "prefill_seconds": round(self.prefill_seconds, 4),
+        }
+        return block if self.replica is None else {**block, "replica": self.replica}
+
+
 @dataclass(frozen=True, slots=True)
 class TokenEvent:
-    """One emitted id (see the module docstring).
+    """One emitted id, or the end of the stream (see the module docstring).
 
     `logprob` is the model's own log-probability of `id` (raw logits, before any
     sampling setting), None when the request did not ask; `top` the best ids at
     that position, most likely first. `token`/`raw` are the id's own text and
-    bytes; `text` is the output text this id released (a stop string or an
+    bytes; `text` is the output text this event released (a stop string or an
     incomplete character may hold text back for later ids), and `deltas` that
-    text as content and tool-call fragments.
+    text as content and tool-call fragments. `result` is set on the last event
+    only.
     """
 
     id: int
@@ -54,3 +121,10 @@ class TokenEvent:
     raw: bytes = b""
     text: str = ""
     deltas: tuple[Delta, ...] = ()
+    result: GenerationResult | None = None
+
+    @staticmethod
+    def last(result: GenerationResult, text: str = "",
+             deltas: tuple[Delta, ...] = ()) -> TokenEvent:
+        """The stream's last event: what was held back until the end, and the result."""
+        return TokenEvent(END, "sampled", text=text, deltas=deltas, result=result)

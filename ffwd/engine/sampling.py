@@ -2,16 +2,17 @@
 
 Processors are functions ``(logits, ...) -> logits`` on one float32 row; the
 `Sampler` applies them in a fixed order (the request's `TokenConstraint` mask,
-logit bias, penalties, temperature, top-k, top-p, min-p) and draws from its
-own seeded `torch.Generator`, so requests never share random state. The mask
-comes first, so truncation (top-k, top-p) chooses among allowed ids only.
+logit bias, penalties, temperature, top-k, top-p, min-p). The mask comes
+first, so truncation (top-k, top-p) chooses among allowed ids only. A
+`ConstraintFactory` (a compiled grammar) makes each run its own constraint.
 
 The draws are tied to positions, not to a running stream: the id at output
 position i is drawn by inverting the processed distribution's CDF at
-``u(seed, i)``, a uniform number fixed by the request's seed and the position
-alone. So however a generation is cut into forwards (plain steps, verified
-spans of any length, a stream or a whole reply) the same seed draws the same
-ids from the same logits.
+``u(seed, i)``, a uniform number fixed by the request's seed (one drawn for
+the request when it names none) and the position alone. So however a
+generation is cut into forwards (plain steps, verified spans of any length, a
+stream or a whole reply) the same seed draws the same ids from the same
+logits.
 
 `verify_span` decides how much of a proposed span the model keeps:
 
@@ -157,6 +158,12 @@ class TokenConstraint(Protocol):
         the output `generated`; the constraint follows `generated` wherever it
         goes, back after a rejected span included."""
         ...
+
+
+class ConstraintFactory(Protocol):
+    """What gives each run of a request its own `TokenConstraint` (a compiled grammar)."""
+
+    def new_constraint(self) -> TokenConstraint: ...
 
 
 def uniform(seed: int, position: int) -> float:

@@ -3,23 +3,37 @@
 `OutputText.feed(event)` takes each `TokenEvent` from the decode loop and
 returns it with its text filled in: the id's own text and bytes, the output
 text it released, and that text parsed into content and tool-call deltas by
-the request's one parser (the same parser gates the template rows, see
-`ToolCallContext`). It also decides the text-level stops: a stop string (the
-text ends before it), the calls a request may make (``parallel_tool_calls:
-false`` ends the generation after the first), and a call that repeats an
-earlier one (dropped, `ffwd.templates.formats.repeats`). The reply is the join
-of the deltas it sent, so a streamed reply and a whole one are the same by
-construction.
+the request's one parser (`ToolCalls`). It also decides the text-level stops:
+a stop string (the text ends before it), the calls a request may make
+(`ToolCalls.max_calls`: one for ``parallel_tool_calls: false`` or a named
+tool choice), and a call that repeats an earlier one (dropped,
+`ffwd.templates.formats.repeats`). The reply is the join of the deltas it
+sent, so a streamed reply and a whole one are the same by construction.
+
+The same parser gates the request's template rows: `OutputText` is the fill
+session's `StrictFillContext`, and a row fires only where the parser stands
+where the row's rendering had it (`allows`). The decode loop yields each id
+before it pushes it to the session, so the parser has read an id by the time
+the session asks about what follows it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ffwd.engine.events import TokenEvent
-from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolParser
+from ffwd.engine.events import TokenEvent, TokenOrigin
+from ffwd.fill import FillRow
+from ffwd.templates.formats import ToolFormat
+from ffwd.templates.formats.base import (
+    ContentDelta,
+    Delta,
+    ParseState,
+    Rule,
+    ToolCall,
+    ToolParser,
+)
 from ffwd.templates.formats.repeats import RepeatFilter
 from ffwd.templates.text import Detokenizer, TokenText
 
@@ -59,21 +73,32 @@ class StopMatcher:
         return out
 
 
+@dataclass(frozen=True)
+class ToolCalls:
+    """How a generation's tool calls are read: `format`'s parser over the `tools` shown,
+    the `rules` that gate the plan's template rows on that parser, and at most
+    `max_calls` complete calls (None: any number)."""
+
+    format: ToolFormat
+    tools: Sequence[Mapping[str, Any]] = ()
+    rules: Mapping[FillRow, Sequence[Rule]] = field(default_factory=dict)
+    max_calls: int | None = None
+
+
 class OutputText:
-    """One generation's output as text, deltas and the joined reply (module docstring)."""
+    """One generation's output as text, deltas and the joined reply, and the context
+    that gates its template rows (module docstring)."""
 
     def __init__(
-        self,
-        tokenizer: Any,
-        stop: Sequence[str] = (),
-        parser: ToolParser | None = None,
-        max_calls: int | None = None,
-        on_parse_failure: Callable[[], None] | None = None,
+        self, tokenizer: Any, stop: Sequence[str] = (), calls: ToolCalls | None = None
     ) -> None:
-        self.parser = parser
-        self.max_calls = max_calls
-        self.on_parse_failure = on_parse_failure  # markup that did not parse (grammar off)
+        self.parser = calls.format.new_parser(calls.tools) if calls is not None else None
+        self.rules = calls.rules if calls is not None else {}
+        self.max_calls = calls.max_calls if calls is not None else None
         self.stop_sequence: str | None = None  # the stop string that ended the text
+        self.failed = False  # the last feed or finish met markup that did not parse
+        self.ids: list[int] = []  # every id fed, in order
+        self.origins: list[TokenOrigin] = []
         self.repeats = RepeatFilter()
         self._detok = Detokenizer(tokenizer)
         self._stops = StopMatcher(stop)
@@ -81,6 +106,7 @@ class OutputText:
         self._text: list[str] = []
         self._content: list[str] = []
         self._calls: dict[int, list[str]] = {}  # index -> [name, argument fragments...]
+        self._state: ParseState | None = None  # the parser's, read once per step
 
     @property
     def ready(self) -> bool:
@@ -114,6 +140,9 @@ class OutputText:
 
     def feed(self, event: TokenEvent) -> TokenEvent:
         """`event` with its token text, released text and deltas."""
+        self.failed = False
+        self.ids.append(event.id)
+        self.origins.append(event.origin)
         token, raw = self._tokens(event.id)
         top = tuple(replace(a, token=t, raw=r) for a in event.top
                     for t, r in (self._tokens(a.id),))
@@ -121,10 +150,11 @@ class OutputText:
         deltas = self._read(released)
         return replace(event, top=top, token=token, raw=raw, text=released, deltas=deltas)
 
-    def finish(self, cut: bool) -> tuple[Delta, ...]:
-        """The deltas of what was held back, at the end of the output. `cut`: the output
-        stopped before the model ended it (max_tokens, a stop string, the client), so an
-        unfinished call is left as its deltas sent it, not returned as content."""
+    def finish(self, cut: bool) -> tuple[str, tuple[Delta, ...]]:
+        """The text held back until the end of the output, and its deltas. `cut`: the
+        output stopped before the model ended it (max_tokens, a stop string, the client),
+        so an unfinished call is left as its deltas sent it, not returned as content."""
+        self.failed = False
         tail = ""
         if self.stop_sequence is None:
             tail, self.stop_sequence = self._stops.feed(self._detok.flush())
@@ -134,7 +164,21 @@ class OutputText:
         if self.parser is not None:
             deltas += self._parse(lambda parser: parser.finish(cut))
             deltas += self._join(self.repeats.release())  # a cut call, as it was written
-        return deltas
+        return tail, deltas
+
+    # --- the StrictFillContext of the request's template rows ------------------
+    def observe(self, ids: Sequence[int]) -> None:
+        """Nothing to do: the parser has read these ids through `feed` already."""
+
+    def allows(self, row: FillRow) -> bool:
+        """Whether `row` may fire now: one of its rules holds for the parser's state, and
+        the parser has read every id emitted so far (nothing held back)."""
+        rules = self.rules.get(row, ())
+        if not rules or self.parser is None or not self.ready:
+            return False
+        if self._state is None:
+            self._state = self.parser.state
+        return any(rule.holds(self._state) for rule in rules)
 
     def _read(self, text: str) -> tuple[Delta, ...]:
         if not text:
@@ -145,12 +189,12 @@ class OutputText:
         return self._parse(lambda parser: parser.feed(text))
 
     def _parse(self, step: Callable[[ToolParser], list[Delta]]) -> tuple[Delta, ...]:
-        """The deltas of one parser `step`, without repeated calls; a parse failure told."""
+        """The deltas of one parser `step`, without repeated calls; a parse failure noted."""
         assert self.parser is not None
         calls, failures = len(self.parser.calls), self.parser.failures
         deltas = self.repeats.feed(step(self.parser), len(self.parser.calls) - calls)
-        if self.parser.failures > failures and self.on_parse_failure is not None:
-            self.on_parse_failure()
+        self.failed |= self.parser.failures > failures
+        self._state = None
         return self._join(deltas)
 
     def _join(self, deltas: Sequence[Delta]) -> tuple[Delta, ...]:

@@ -92,10 +92,6 @@ class EchoSource:
     def at(self, pos: int) -> int:
         return self._hist[pos - self._base]
 
-    def candidates(self, key: tuple[int, ...]) -> list[int]:
-        """Positions where the k-gram `key` ended, nearest first (for tests)."""
-        return list(self._index.get(key, ()))
-
     def observe(self, ids: Sequence[int]) -> None:
         k = self.config.k
         hist = self._hist

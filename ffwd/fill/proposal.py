@@ -8,9 +8,12 @@ A `Proposal` is a run of token ids plus a policy:
   them, reads the model's own choice at every position from the same forward,
   keeps the agreed prefix and rewinds the rest.
 
-Origins: ``schema`` and ``template`` (strict rows), ``grammar`` (ids a grammar
-forces), ``echo`` (copies from the request), ``recall`` (copies from earlier
-requests' outputs), ``ngram``, ``mtp``.
+Origins (`ProposalOrigin`, declared here only): ``schema`` and ``template``
+(strict rows), ``grammar`` (ids a grammar forces), ``echo`` (copies from the
+request), ``recall`` (copies from earlier requests' outputs). ``ngram`` and
+``mtp`` name draft sources (an n-gram table, a model's multi-token head) that
+nothing here produces yet; an origin of their own would keep their acceptance
+apart from the others'.
 
 Sources see the sequence through a `TokenView`. A source that keeps its own
 state may also define ``observe(ids)`` (optional, see `ObservingSource`): the
@@ -22,14 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 ProposalPolicy = Literal["assert", "verify"]
 ProposalOrigin = Literal["schema", "template", "grammar", "echo", "recall", "ngram", "mtp"]
 
-POLICIES: tuple[ProposalPolicy, ...] = ("assert", "verify")
-ORIGINS: tuple[ProposalOrigin, ...] = (
-    "schema", "template", "grammar", "echo", "recall", "ngram", "mtp")
+POLICIES: tuple[ProposalPolicy, ...] = get_args(ProposalPolicy)
+ORIGINS: tuple[ProposalOrigin, ...] = get_args(ProposalOrigin)
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,7 +90,9 @@ class FillStats:
     echo: int = 0  # ... from the echo index
     recall: int = 0  # ... from earlier requests' outputs (ffwd.fill.recall)
     span_lens: list[int] = field(default_factory=list)  # committed span lengths
-    wasted_samples: int = 0  # in-flight samples dropped to take an assert fill
+    # In-flight samples dropped to take an assert fill: 0 on every backend here, since all
+    # are synchronous (the sampled id rides in the span's forward; nothing is in flight).
+    wasted_samples: int = 0
     parse_fallback: int = 0  # tool-call parses that failed after a strict fill
     index_truncated: int = 0  # spans the clamp shortened
     decode_steps: int = 0  # ids the model sampled (pushes)
@@ -338,7 +340,9 @@ class FillSession:
         self.stats.verify_unsupported += 1
 
     def note_wasted_sample(self) -> None:
-        """An in-flight sample was dropped to take an assert fill."""
+        """An in-flight sample was dropped to take an assert fill: for a backend that
+        samples ahead of the loop. The synchronous ones here never call it (see
+        `FillStats.wasted_samples`)."""
         self.stats.wasted_samples += 1
 
     def note_parse_failure(self) -> None:

@@ -1,10 +1,11 @@
 """The HTTP app: routes, the error shape, the API key guard, the OpenAPI document.
 
-It owns no decoding logic. Each generation route validates its body with its
-dialect (`ffwd.serve.dialects`: OpenAI Chat Completions and Completions,
-OpenAI Responses, Anthropic Messages), which translates it into a
-`GenerationRequest`; an `execute.Executor` prepares and runs that request and
-`delivery.respond` hands the events back to the dialect's writer. Errors on
+It owns no decoding logic. Each generation route reads and validates its
+body, and its dialect (`ffwd.serve.dialects`: OpenAI Chat Completions,
+Completions and Responses, Anthropic Messages) translates it into a
+`GenerationRequest`, owned by the request's tenant (`middleware.tenant`), and
+makes the writer of its response; `delivery.respond` runs the request on an
+`execute.Executor` and hands the events to that writer. Errors on
 ``/v1/messages`` have Anthropic's shape, everywhere else OpenAI's. By default
 the executor is a `LocalExecutor` over a `Service` on this process's worker
 thread; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
@@ -23,17 +24,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ffwd.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE
 from ffwd.serve.body import read_json
 from ffwd.serve.delivery import respond
-from ffwd.serve.dialects.chat import ChatReply, chat_request, new_id, text_request
-from ffwd.serve.dialects.common import not_found
-from ffwd.serve.dialects.messages import MessagesReply, messages_request
+from ffwd.serve.dialects.chat import open_chat
+from ffwd.serve.dialects.common import new_id, not_found
+from ffwd.serve.dialects.completions import open_completion
+from ffwd.serve.dialects.messages import messages_request, open_message
 from ffwd.serve.dialects.messages_models import CountTokensRequest, MessagesRequest
 from ffwd.serve.dialects.responses import open_response
 from ffwd.serve.dialects.responses_models import ResponsesRequest
-from ffwd.serve.dialects.store import ResponseStore, key_namespace
+from ffwd.serve.dialects.store import ResponseStore
 from ffwd.serve.errors import APIError, error_body, from_validation_error
 from ffwd.serve.execute import Executor, LocalExecutor, Service
 from ffwd.serve.metrics import Metrics
-from ffwd.serve.middleware import Guard, presented_key
+from ffwd.serve.middleware import Guard, tenant
 from ffwd.serve.openapi import (
     ANTHROPIC_POST_RESPONSES,
     DELETE_RESPONSES,
@@ -77,7 +79,7 @@ def create_app(
     _info_routes(app, executor, metrics)
     _openai_routes(app, executor, metrics, max_body_bytes)
     store = response_store if response_store is not None else ResponseStore()
-    _responses_routes(app, executor, metrics, max_body_bytes, store, keyed=bool(api_key))
+    _responses_routes(app, executor, metrics, max_body_bytes, store)
     _messages_routes(app, executor, metrics, max_body_bytes)
     install_playground(app)
     metrics.endpoints = frozenset(r.path for r in app.routes if hasattr(r, "path"))
@@ -131,25 +133,15 @@ def _openai_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes
     async def chat(request: Request) -> Response:
         req = await _parse(request, ChatCompletionRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        req.check()
-        reply = ChatReply("chat", req.model, logprobs=req.logprob_count is not None,
-                          include_usage=req.include_usage, tokens=_tokens(req))
-        return await respond(request, executor, metrics, chat_request(req, reply.id), reply)
+        gen, writer = open_chat(req, tenant(request.headers.raw))
+        return await respond(request, executor, metrics, gen, writer)
 
     @app.post("/v1/completions", responses=POST_RESPONSES)
     async def completions(request: Request) -> Response:
         req = await _parse(request, CompletionRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        req.check()
-        reply = ChatReply("text", req.model, logprobs=req.logprob_count is not None,
-                          echo=req.prompt_text if req.echo else "",
-                          include_usage=req.include_usage, tokens=_tokens(req))
-        return await respond(request, executor, metrics, text_request(req, reply.id), reply)
-
-
-def _tokens(req: ChatCompletionRequest | CompletionRequest) -> bool:
-    """Whether the request asked for each token's origin (``"ffwd": {"tokens": true}``)."""
-    return bool(req.ffwd and req.ffwd.tokens)
+        gen, writer = open_completion(req, tenant(request.headers.raw))
+        return await respond(request, executor, metrics, gen, writer)
 
 
 async def _parse(request: Request, model: type[_M], max_bytes: int) -> _M:
@@ -195,27 +187,24 @@ def model_entry(executor: Executor) -> dict[str, Any]:
 
 
 def _responses_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes: int,
-                      store: ResponseStore, *, keyed: bool) -> None:
-    def namespace(request: Request) -> str:
-        return key_namespace(presented_key(request.headers.raw)) if keyed else ""
-
+                      store: ResponseStore) -> None:
     @app.post("/v1/responses", responses=POST_RESPONSES)
     async def responses(request: Request) -> Response:
         req = await _parse(request, ResponsesRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        gen, reply = open_response(req, store, namespace(request))
-        return await respond(request, executor, metrics, gen, reply)
+        gen, writer = open_response(req, store, tenant(request.headers.raw))
+        return await respond(request, executor, metrics, gen, writer)
 
     @app.get("/v1/responses/{response_id}", responses=GET_RESPONSES)
     async def get_response(request: Request, response_id: str) -> dict[str, Any]:
-        stored = store.get(namespace(request), response_id)
+        stored = store.get(tenant(request.headers.raw), response_id)
         if stored is None:
             raise _no_response(response_id)
         return stored.response
 
     @app.delete("/v1/responses/{response_id}", responses=DELETE_RESPONSES)
     async def delete_response(request: Request, response_id: str) -> dict[str, Any]:
-        if not store.delete(namespace(request), response_id):
+        if not store.delete(tenant(request.headers.raw), response_id):
             raise _no_response(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
@@ -230,9 +219,8 @@ def _messages_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_byt
     async def messages(request: Request) -> Response:
         req = await _parse(request, MessagesRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        reply = MessagesReply(req.model)
-        gen, reply.warnings = messages_request(req, reply.id)
-        return await respond(request, executor, metrics, gen, reply)
+        gen, writer = open_message(req, tenant(request.headers.raw))
+        return await respond(request, executor, metrics, gen, writer)
 
     @app.post("/v1/messages/count_tokens", responses=ANTHROPIC_POST_RESPONSES)
     async def count_tokens(request: Request) -> dict[str, Any]:

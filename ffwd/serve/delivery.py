@@ -1,10 +1,11 @@
 """Moving a generation's events to its client: one JSON body, or server-sent events.
 
 `respond` starts a validated `GenerationRequest` on the executor and hands
-every event to the request's `Reply` (the dialect's writer), as a whole body
-or as a stream. A client that goes away, streaming or not, cancels its
-generation (`ClientWatch`): the model stops within a step. A failed run is a
-counted server error: a 5xx body, or an error event once a stream has begun.
+every event to the request's `Writer` (the dialect's), as a whole body or as
+a stream; the last event carries the result. A client that goes away,
+streaming or not, cancels its generation (`ClientWatch`): the model stops
+within a step. A failed run is a counted server error: a 5xx body, or an
+error event once a stream has begun.
 """
 
 from __future__ import annotations
@@ -12,42 +13,42 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult
-from ffwd.serve.dialects.store import key_namespace
+from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.errors import APIError, as_api_error, server_error
 from ffwd.serve.execute import Executor, Job
 from ffwd.serve.metrics import Metrics
-from ffwd.serve.middleware import presented_key
 from ffwd.serve.request import GenerationRequest
 
-_DONE = object()  # the generation's thread has finished
-_GONE = object()  # the client disconnected
+# What the run sends: its events, a failure, or None once it has ended.
+Item = TokenEvent | BaseException | None
 
 
-class Reply(Protocol):
-    """A dialect's writer for one response (`ffwd.serve.dialects`)."""
+class ClientGone(Exception):
+    """The client disconnected before its whole response was ready."""
+
+
+class Writer(Protocol):
+    """A dialect's writer of one response (`ffwd.serve.dialects`)."""
 
     def collect(self, event: TokenEvent) -> None:
-        """A token of a whole response (kept for what the body reports per token)."""
+        """An event of a whole response (kept for what the body reports per token)."""
         ...
 
-    def whole(self, res: GenerationResult) -> dict[str, Any]: ...
+    def whole(self, res: GenerationResult) -> dict[str, Any]:
+        """The whole response, after the last event."""
+        ...
 
     def opening(self) -> list[str]:
-        """The SSE events before the first token."""
+        """The SSE events before the first event."""
         ...
 
-    def event(self, event: TokenEvent) -> list[str]: ...
-
-    def closing(self, res: GenerationResult) -> list[str]:
-        """The SSE events after the last token (the stream's end included)."""
+    def event(self, event: TokenEvent) -> list[str]:
+        """The SSE events of one event; the last event's end the stream."""
         ...
 
     def error_event(self, err: APIError) -> str:
@@ -89,43 +90,45 @@ class ClientWatch:
             self.job.cancel()  # no-op when it already finished
 
 
-async def respond(
-    request: Request, executor: Executor, metrics: Metrics, req: GenerationRequest, reply: Reply
-) -> Response:
-    """Run `req` and answer with `reply`'s body or stream (see the module docstring).
-    The request belongs to the API key it presents (earlier outputs stay per key)."""
-    req = replace(req, tenant=key_namespace(presented_key(request.headers.raw)))
+async def respond(request: Request, executor: Executor, metrics: Metrics,
+                  req: GenerationRequest, writer: Writer) -> Response:
+    """Run `req` and answer with `writer`'s body or stream (see the module docstring)."""
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[object] = asyncio.Queue()
+    events: asyncio.Queue[Item] = asyncio.Queue()
     watch = ClientWatch(executor, metrics, request.url.path, req.stream)
 
-    def put(item: object) -> None:
-        if isinstance(item, GenerationResult):  # counted here: cancelled runs have no reader
-            metrics.observe_finished(item)
-        elif isinstance(item, BaseException) and as_api_error(item).status >= 500:
-            metrics.generation_errors.labels(endpoint=metrics.endpoint(request.url.path)).inc()
-        loop.call_soon_threadsafe(events.put_nowait, item)
+    def put(item: TokenEvent | BaseException) -> None:
+        if isinstance(item, BaseException):
+            if as_api_error(item).status >= 500:
+                metrics.generation_errors.labels(endpoint=metrics.endpoint(request.url.path)).inc()
+        elif item.result is not None:  # counted here: cancelled runs have no reader
+            metrics.observe_finished(item.result)
+        send(item)
 
     def end() -> None:  # once, after the run's last event
         watch.settle()
-        put(_DONE)
+        send(None)
+
+    def send(item: Item) -> None:
+        if not loop.is_closed():  # gone with its client (an app run by a test's own loop)
+            loop.call_soon_threadsafe(events.put_nowait, item)
 
     started = await executor.start(req, put, end)
     watch.job = started.job
     if req.stream:
         return StreamingResponse(
-            _sse(events, watch, reply, metrics, time.perf_counter()),
+            _sse(events, watch, writer, metrics, time.perf_counter()),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **started.headers},
         )
-    return await _whole(request, events, watch, reply, metrics, started.headers)
+    return await _whole(request, events, watch, writer, metrics, started.headers)
 
 
-async def _watch_disconnect(request: Request, events: asyncio.Queue[object]) -> None:
+async def _watch_disconnect(request: Request, events: asyncio.Queue[Item]) -> None:
     """Wait for the client to go away (the body is read: only a disconnect can come)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    events.put_nowait(_GONE)
+    events.put_nowait(ClientGone())
 
 
 class _Clock:
@@ -144,53 +147,50 @@ class _Clock:
 
 
 async def _whole(
-    request: Request, events: asyncio.Queue[object], watch: ClientWatch, reply: Reply,
+    request: Request, events: asyncio.Queue[Item], watch: ClientWatch, writer: Writer,
     metrics: Metrics, headers: dict[str, str],
 ) -> Response:
     clock = _Clock(metrics, time.perf_counter())
     result: GenerationResult | None = None
     watcher = asyncio.create_task(_watch_disconnect(request, events))
     try:
-        while (item := await events.get()) is not _DONE:
-            if item is _GONE:
+        while (item := await events.get()) is not None:
+            if isinstance(item, ClientGone):
                 watch()
                 return Response(status_code=499)  # nginx's "client closed request"
             if isinstance(item, BaseException):
                 raise as_api_error(item)
-            if isinstance(item, TokenEvent):
+            if item.result is None:
                 clock.token()
-                reply.collect(item)
-            elif isinstance(item, GenerationResult):
-                result = item
+            writer.collect(item)
+            result = item.result or result
     finally:
         watcher.cancel()
         watch.done()
     if result is None:
         raise server_error("generation ended without a result")
     clock.done()
-    return JSONResponse(reply.whole(result), headers=headers)
+    return JSONResponse(writer.whole(result), headers=headers)
 
 
 async def _sse(
-    events: asyncio.Queue[object], watch: ClientWatch, reply: Reply, metrics: Metrics,
+    events: asyncio.Queue[Item], watch: ClientWatch, writer: Writer, metrics: Metrics,
     started: float,
 ) -> AsyncIterator[str]:
     clock = _Clock(metrics, started)
     try:
-        for line in reply.opening():
+        for line in writer.opening():
             yield line
-        while (item := await events.get()) is not _DONE:
+        while (item := await events.get()) is not None:
             if isinstance(item, BaseException):
                 metrics.stream_errors.labels(endpoint=watch.endpoint).inc()
-                yield reply.error_event(as_api_error(item))
+                yield writer.error_event(as_api_error(item))
                 break
-            if isinstance(item, TokenEvent):
+            if item.result is None:
                 clock.token()
-                for line in reply.event(item):
-                    yield line
-            elif isinstance(item, GenerationResult):
-                for line in reply.closing(item):
-                    yield line
+            for line in writer.event(item):
+                yield line
+            if item.result is not None:
                 clock.done()
     except (GeneratorExit, asyncio.CancelledError):
         watch()  # the client went away: stop the generation within a step

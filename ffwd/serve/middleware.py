@@ -6,10 +6,16 @@ status as sent, unknown paths under one label, and turns an exception that
 escaped every handler into a counted 500. The key comes as ``Authorization:
 Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
 have the shape of the API the path belongs to (`errors.error_body`).
+
+`tenant` is the one place that decides whom a request belongs to: the API key
+it presents, hashed, whether or not the server checks keys (with none, a
+client's key still keeps its outputs and stored responses apart from other
+keys'); a request without a key belongs to the anonymous tenant ``""``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -88,6 +94,13 @@ def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
         return token.strip()
     key = found.get(b"x-api-key", b"").strip()
     return key or None
+
+
+def tenant(headers: Iterable[tuple[bytes, bytes]]) -> str:
+    """Whom a request belongs to (see the module docstring): a digest of its key, so the
+    key itself is kept nowhere."""
+    key = presented_key(headers)
+    return hashlib.sha256(key).hexdigest()[:32] if key else ""
 
 
 async def send_error(send: Send, err: APIError, path: str = "") -> None:

@@ -1,12 +1,15 @@
-"""Glue between a request and the engine: template, tokens, plan, grammar, the run.
+"""One loaded model behind the API: template, tokens, plan, grammar, the run.
 
 `ModelService.prepare` runs on the event loop's thread pool and turns a
-`GenerationRequest` into a `Prepared` (prompt ids, sampling, fill settings,
-compiled tool rows, the request's grammar), raising `APIError` for anything
-the client got wrong: a schema llguidance cannot compile is a 400 naming the
-tool or ``response_format``. `run` executes on the scheduler's single worker
-thread: it selects the prompt cache's best state and emits the events of
-`ffwd.engine.generate.stream_generate`, which parses the tool calls itself.
+`GenerationRequest` into the engine's `Prepared` generation (prompt ids,
+sampling, limits, fill settings, compiled tool rows, how calls are read, the
+request's grammar), raising `APIError` for anything the client got wrong: a
+schema llguidance cannot compile is a 400 naming the tool or
+``response_format``. `run` executes on the executor's one worker thread: it
+selects the prompt cache's best state and emits the events of
+`ffwd.engine.generate.stream_generate`; the output then joins its tenant's
+earlier ones (`ffwd.fill.recall`). `count_tokens` and `model_info` answer
+what the server asks without running anything (`execute.Service`).
 """
 
 from __future__ import annotations
@@ -26,35 +29,35 @@ from ffwd.config import (
     TokenLimits,
 )
 from ffwd.engine.backend import Backend
-from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult, stream_generate
+from ffwd.engine.generate import Prepared, stream_generate
 from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.fill.recall import RecallConfig, RecallIndex
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
+from ffwd.serve.execute import Emit
 from ffwd.serve.prompt_cache import PromptCache
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates import formats
 from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
-Event = TokenEvent | GenerationResult
-Emit = Callable[[Event], None]
+__all__ = ["Emit", "ModelService", "Ready", "load_service"]
 COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 
 @dataclass(frozen=True)
-class Prepared:
-    request: GenerationRequest
-    prompt_ids: list[int]
-    params: SamplingParams
-    max_tokens: int
-    fill: FillConfig
-    plan: FillPlan | None
-    compiled: CompiledTools | None  # tool rows and the format, when rows are on
-    tools: list[dict[str, Any]]  # the tools shown to the model (parsed out of its output)
-    grammar: Grammar | None = None  # tool calls and/or response_format, when constrained
+class Ready:
+    """A request made ready on this model: the engine's generation, and the tenant whose
+    earlier outputs it may copy and whose index its own output joins."""
+
+    prepared: Prepared
+    tenant: str = ""
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.prepared.prompt_ids
 
 
 class ModelService:
@@ -96,39 +99,60 @@ class ModelService:
     def forward_calls(self) -> int:
         return self.backend.forward_calls
 
+    def model_info(self) -> dict[str, Any]:
+        grammar = self.grammars is not None
+        return {"context_window": self.context_window, "tool_format": self.format_name,
+                "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar}
+
     # --- preparing (thread pool) ------------------------------------------
-    def prepare(self, req: GenerationRequest) -> Prepared:
+    def prepare(self, req: GenerationRequest) -> Ready:
         """The request made ready to run, or an `APIError` naming what is wrong."""
         fill = self._fill(req)
-        if req.kind == "text":
-            ids = [int(i) for i in self.tokenizer.encode(req.prompt, add_special_tokens=False)]
-            ids = self._check_prompt(ids, req.param("prompt"))
-            grammar = self._grammar(req, [], "none")
-            return Prepared(req, ids, self._params(req), self._max_tokens(req, len(ids)), fill,
-                            FillPlan(eos=self.eos_ids), None, [], grammar)
-        choice = req.tool_choice
-        try:
-            tools = normalize_tools(req.tools) if req.tools else []
-        except ValueError as exc:
-            raise bad_request(f"invalid tools: {exc}", param=req.param("tools"),
-                              code="invalid_tools") from None
-        shown = tools if choice != "none" else []
-        try:
-            ids = encode_chat(self.tokenizer, self.template, req.messages, shown or None)
-        except ValueError as exc:
-            raise bad_request(f"cannot render these messages: {exc}",
-                              param=req.param("messages")) from None
-        ids = self._check_prompt(ids, req.param("messages"))
+        shown = self._shown_tools(req)
+        ids = self._check_prompt(self._encode(req, shown), req.param(
+            "prompt" if req.kind == "text" else "messages"))
+        choice = req.tool_choice if shown else "none"
         # A forced call needs its opening forced: the grammar does that when it is on;
         # without one, only the strict rows can, so they run even when fill is off.
         unforced = not (fill.grammar and self.grammars is not None)
         if shown and choice != "auto" and not fill.strict_rows and unforced:
             fill = replace(fill, mode="strict")
         compiled = self._compiled(shown, choice, req) if shown and fill.strict_rows else None
-        plan = compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids)
-        grammar = self._grammar(req, shown if fill.grammar else [], choice)
-        return Prepared(req, ids, self._params(req), self._max_tokens(req, len(ids)), fill,
-                        plan, compiled, shown, grammar)
+        calls = ToolCalls(
+            self.format, shown, compiled.rules if compiled is not None else {},
+            max_calls=None if req.parallel_tool_calls else 1) if shown else None
+        prepared = Prepared(
+            ids, params=self._params(req), max_tokens=self._max_tokens(req, len(ids)),
+            stop=req.stop, fill=fill,
+            plan=compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids),
+            calls=calls, grammar=self._grammar(req, shown if fill.grammar else [], choice),
+            logprobs=req.logprobs,
+            copies=(self.recall.source(req.tenant),) if fill.recall else (),
+        )
+        return Ready(prepared, req.tenant)
+
+    def count_tokens(self, req: GenerationRequest) -> int:
+        return len(self._encode(req, self._shown_tools(req)))
+
+    def _shown_tools(self, req: GenerationRequest) -> list[dict[str, Any]]:
+        """The request's tools as the template and the grammar read them; none under
+        ``tool_choice: none`` (they are still checked)."""
+        try:
+            tools = normalize_tools(req.tools) if req.tools else []
+        except ValueError as exc:
+            raise bad_request(f"invalid tools: {exc}", param=req.param("tools"),
+                              code="invalid_tools") from None
+        return tools if req.tool_choice != "none" else []
+
+    def _encode(self, req: GenerationRequest, tools: list[dict[str, Any]]) -> list[int]:
+        """The prompt's ids: a completion's text, or the chat rendered with `tools`."""
+        if req.kind == "text":
+            return [int(i) for i in self.tokenizer.encode(req.prompt, add_special_tokens=False)]
+        try:
+            return encode_chat(self.tokenizer, self.template, req.messages, tools or None)
+        except ValueError as exc:
+            raise bad_request(f"cannot render these messages: {exc}",
+                              param=req.param("messages")) from None
 
     def _grammar(self, req: GenerationRequest, tools: list[dict[str, Any]],
                  choice: str | dict[str, Any]) -> Grammar | None:
@@ -213,25 +237,15 @@ class ModelService:
         """Forget what a failed run may have left: the cache (earlier outputs stay)."""
         self.backend.reset()
 
-    def run(self, prep: Prepared, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        """Generate, emitting each `TokenEvent` and then the `GenerationResult`; the
-        output joins the tenant's earlier ones (`ffwd.fill.recall`)."""
-        req = prep.request
+    def run(self, ready: Ready, emit: Emit, cancelled: Callable[[], bool]) -> None:
+        """Generate, emitting each event (the last carries the result); the output joins
+        the tenant's earlier ones (`ffwd.fill.recall`)."""
+        prep = ready.prepared
         self.prompt_cache.select(self.backend, prep.prompt_ids)
-        compiled = prep.compiled
-        copies = [self.recall.source(req.tenant)] if prep.fill.recall else []
-        for item in stream_generate(
-            self.backend, self.tokenizer, prep.prompt_ids, prep.params,
-            max_tokens=prep.max_tokens, stop=req.stop, plan=prep.plan, fill=prep.fill,
-            parser=self.format.new_parser(prep.tools) if prep.tools else None,
-            rules=compiled.rules if compiled is not None else None,
-            max_calls=None if req.parallel_tool_calls or not prep.tools else 1,
-            constraint=prep.grammar.new_constraint() if prep.grammar is not None else None,
-            cancelled=cancelled, logprobs=req.logprobs, copies=copies,
-        ):
-            if isinstance(item, GenerationResult):
-                self.recall.add(req.tenant, item.token_ids)
-            emit(item)
+        for event in stream_generate(self.backend, self.tokenizer, prep, cancelled=cancelled):
+            if event.result is not None:
+                self.recall.add(ready.tenant, event.result.token_ids)
+            emit(event)
 
 
 def load_service(

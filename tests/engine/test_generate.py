@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from ffwd.config import FillConfig
-from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult, generate, stream_generate
+from ffwd.engine.events import END, GenerationResult
+from ffwd.engine.generate import Prepared, generate, stream_generate
 from ffwd.engine.loop import fixed_policy
 from ffwd.engine.sampling import SamplingParams
-from ffwd.engine.text import StopMatcher
+from ffwd.engine.text import StopMatcher, ToolCalls
 from ffwd.fill import FillPlan, FillRow, read_trace
+from ffwd.templates.formats import get_format
 from ffwd.templates.text import Detokenizer
 from tests.engine.backends import make_backend
 from tests.engine.tiny_models import CharTokenizer, repetitive_prompt, tiny_backend
@@ -189,17 +190,17 @@ def test_trace_records_what_the_model_said(tmp_path: Path) -> None:
 def test_cancellation_is_checked_on_every_id() -> None:
     seen: list[int] = []
     backend = tiny_backend()
-    result = None
-    for c in stream_generate(
-        backend, TOK, repetitive_prompt(0), max_tokens=40, plan=FillPlan(), fill=ECHO,
-        cancelled=lambda: len(seen) >= 7,
-    ):
-        if isinstance(c, TokenEvent):
-            seen.append(c.id)
-        else:
-            result = c
-    assert result is not None and result.finish_reason == "cancelled"
-    assert len(result.token_ids) == 7 and result.token_ids == seen
+    prep = Prepared(repetitive_prompt(0), max_tokens=40, plan=FillPlan(), fill=ECHO)
+    events = []
+    for e in stream_generate(backend, TOK, prep, cancelled=lambda: len(seen) >= 7):
+        events.append(e)
+        seen.append(e.id)
+    assert all(e.result is None for e in events[:-1])
+    last = events[-1]
+    seen.pop()  # the last event is no token
+    assert last.id == END and last.result is not None  # only the last carries the finish
+    assert last.result.finish_reason == "cancelled"
+    assert len(last.result.token_ids) == 7 and last.result.token_ids == seen
 
 
 def test_prefix_reuse_across_generations() -> None:
@@ -272,3 +273,30 @@ def test_recall_copies_an_earlier_output_and_changes_nothing_but_the_cost() -> N
     other = generate(backend, TOK, prompt, max_tokens=40, plan=FillPlan(), fill=fill,
                      copies=[index.source("bob")], policy=fixed_policy(False))
     assert other.token_ids == off.token_ids and other.stats.recall == 0
+
+
+class MarkupTokenizer(CharTokenizer):
+    """Ids that spell a tool call's markup (hermes), so rows can write it."""
+
+    ALPHABET = '<>{}[]"_:, \n/' + CharTokenizer.ALPHABET[:51]
+
+    def ids(self, text: str) -> tuple[int, ...]:
+        return tuple(self.ALPHABET.index(c) for c in text)
+
+
+def test_markup_that_fails_to_parse_after_a_row_disarms_the_rows() -> None:
+    # A forced opening writes a call up to its arguments; then every sampled id triggers
+    # a row that writes "]]", which no JSON parser reads. The first failure after a row
+    # fired disarms the rows: without that, every later sample would fire one again.
+    tok = MarkupTokenizer()
+    prompt = repetitive_prompt(0)
+    opening = tok.ids('<tool_call>\n{"name": "f", "arguments": ')
+    rows = (FillRow(tuple(prompt[-2:]), opening, "scaffold"),
+            *(FillRow((t,), tok.ids("]]"), "scaffold") for t in range(64)))
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    res = generate(tiny_backend(), tok, prompt, max_tokens=80, plan=FillPlan(rows=rows),
+                   fill=FillConfig(mode="strict", max_span=64),
+                   calls=ToolCalls(get_format("hermes"), tools))
+    assert res.text.startswith(tok.decode(list(opening)))
+    assert res.stats.parse_fallback == 1
+    assert len(opening) <= res.stats.strict <= len(opening) + 2  # no row after the failure

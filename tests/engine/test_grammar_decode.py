@@ -11,9 +11,11 @@ import jsonschema
 import pytest
 
 from ffwd.config import FillConfig
-from ffwd.engine.generate import GenerationResult, generate
+from ffwd.engine.events import GenerationResult
+from ffwd.engine.generate import generate
 from ffwd.engine.loop import SpanPolicy, fixed_policy
 from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.text import ToolCalls
 from ffwd.fill import FillPlan, FillSession, Proposal
 from ffwd.fill.spans import SpanChoice
 from ffwd.grammar import RequestGrammars
@@ -58,12 +60,12 @@ def setup(fmt: str) -> tuple[Any, list[int], RequestGrammars, CompiledTools]:
 def run(fmt: str, fill: str, seed: int, temperature: float, backend: Any,
         max_tokens: int = 80) -> GenerationResult:
     tok, prompt, grammars, compiled = setup(fmt)
-    constraint = grammars.for_request(TOOLS, "required", parallel=False)
     return generate(
         backend, tok, prompt, SamplingParams(temperature=temperature, seed=seed),
-        max_tokens=max_tokens, plan=compiled.plan, rules=compiled.rules,
-        parser=compiled.format.new_parser(TOOLS),
-        fill=FillConfig(mode=fill, k=2, trace=True), constraint=constraint,  # type: ignore[arg-type]
+        max_tokens=max_tokens, plan=compiled.plan,
+        calls=ToolCalls(compiled.format, TOOLS, compiled.rules),
+        fill=FillConfig(mode=fill, k=2, trace=True),  # type: ignore[arg-type]
+        grammar=grammars.grammar(TOOLS, "required", False, None),
     )
 
 
@@ -137,7 +139,7 @@ def echo_run(policy: str, params: SamplingParams, fill: str, seed: int = 0) -> G
     return generate(
         backend_for("hermes", seed), tok, prompt, params, max_tokens=60, plan=FillPlan(),
         fill=FillConfig(mode=fill, k=2, trace=True),  # type: ignore[arg-type]
-        constraint=grammars.for_request([], "none", response_format=rf), policy=POLICIES[policy],
+        grammar=grammars.grammar([], "none", True, rf), policy=POLICIES[policy],
     )
 
 

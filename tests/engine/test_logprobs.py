@@ -8,7 +8,7 @@ import torch
 
 from ffwd.config import FillConfig
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import stream_generate
+from ffwd.engine.generate import Prepared, stream_generate
 from ffwd.engine.hf import HFBackend
 from ffwd.engine.loop import fixed_policy, token_logprob
 from ffwd.fill import FillPlan, FillRow
@@ -19,10 +19,10 @@ TOK = CharTokenizer()
 
 def chunks(prompt: list[int], fill: FillConfig | None = None, plan: FillPlan | None = None,
            top: int = 3, max_tokens: int = 24, **kw: object) -> list[TokenEvent]:
-    backend = tiny_backend()
-    out = stream_generate(backend, TOK, prompt, max_tokens=max_tokens, plan=plan, fill=fill,
-                          logprobs=top, **kw)  # type: ignore[arg-type]
-    return [c for c in out if isinstance(c, TokenEvent)]
+    prep = Prepared(prompt, max_tokens=max_tokens, plan=plan, fill=fill or FillConfig(),
+                    logprobs=top)
+    out = stream_generate(tiny_backend(), TOK, prep, **kw)  # type: ignore[arg-type]
+    return [c for c in out if c.result is None]
 
 
 def teacher_forced(prompt: list[int], ids: list[int]) -> torch.Tensor:
@@ -80,8 +80,8 @@ def test_forced_opening_rows_start_from_the_prefill() -> None:
 
 def test_no_logprobs_unless_asked() -> None:
     backend = tiny_backend()
-    out = [c for c in stream_generate(backend, TOK, repetitive_prompt(0), max_tokens=4)
-           if isinstance(c, TokenEvent)]
+    out = [c for c in stream_generate(backend, TOK, Prepared(repetitive_prompt(0), max_tokens=4))
+           if c.result is None]
     assert out and all(c.logprob is None and not c.top for c in out)
 
 

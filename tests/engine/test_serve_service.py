@@ -12,11 +12,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ffwd.config import FillConfig, TokenLimits
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import TokenEvent
 from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
-from ffwd.serve.service import Event, ModelService
+from ffwd.serve.service import ModelService
 from ffwd.templates.render import encode_prompt
 from tests.engine.tiny_service import tiny_service, tokenizer
 
@@ -88,10 +88,10 @@ def test_a_cancelled_run_stops_within_one_step() -> None:
     backend = svc.backend
     start = backend.forward_calls
     cancel_at = start + 6  # the client leaves during the sixth forward of this request
-    events: list[Event] = []
+    events: list[TokenEvent] = []
     svc.run(prep, events.append, lambda: backend.forward_calls >= cancel_at)
-    fin = events[-1]
-    assert isinstance(fin, GenerationResult) and fin.finish_reason == "cancelled"
+    fin = events[-1].result
+    assert fin is not None and fin.finish_reason == "cancelled"
     # The id from the forward that saw the cancel is the last: no forward after it.
     assert backend.forward_calls == cancel_at
     assert fin.completion_tokens == 6

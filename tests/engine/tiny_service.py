@@ -11,7 +11,7 @@ from ffwd.config import FillConfig, TokenLimits
 from ffwd.engine.hf import HFBackend
 from ffwd.models import load_tokenizer
 from ffwd.serve.request import GenerationRequest
-from ffwd.serve.service import ModelService, Prepared
+from ffwd.serve.service import ModelService, Ready
 from tests.engine.tiny_models import tiny_model
 
 
@@ -25,9 +25,10 @@ class CappedService(ModelService):
 
     cap = 4
 
-    def prepare(self, req: GenerationRequest) -> Prepared:
-        prep = super().prepare(req)
-        return replace(prep, max_tokens=min(prep.max_tokens, self.cap))
+    def prepare(self, req: GenerationRequest) -> Ready:
+        ready = super().prepare(req)
+        prep = ready.prepared
+        return replace(ready, prepared=replace(prep, max_tokens=min(prep.max_tokens, self.cap)))
 
 
 def tiny_service(fill: FillConfig | None = None, *, capped: bool = True,

@@ -18,6 +18,7 @@ from ffwd.config import FillConfig
 from ffwd.engine.generate import generate
 from ffwd.engine.llamacpp import LlamaCppBackend
 from ffwd.engine.loop import fixed_policy
+from ffwd.engine.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.models import check_vocab, load_backend, load_tokenizer
 from ffwd.templates.render import encode_prompt, render_chat, resolve_template
@@ -137,8 +138,8 @@ def test_forced_hermes_call_with_strict_rows_parses(
     trace = tmp_path / "trace.jsonl"
     res = generate(
         backend, tokenizer, ids, max_tokens=36, plan=compiled.plan,
-        fill=FillConfig(mode="strict", trace=str(trace)), rules=compiled.rules,
-        parser=compiled.format.new_parser(TOOLS),
+        fill=FillConfig(mode="strict", trace=str(trace)),
+        calls=ToolCalls(compiled.format, TOOLS, compiled.rules),
     )
     assert res.calls, res.text
     call = res.calls[0]

@@ -11,15 +11,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
+from ffwd.serve.execute import Emit
 from ffwd.serve.request import GenerationRequest
-from ffwd.serve.service import Emit
 from ffwd.templates.formats.base import ContentDelta, ToolCall
-from tests.unit.scripted import call, result, text
+from tests.unit.scripted import ScriptedModel, call, result, text
 
-Script = list[TokenEvent | GenerationResult]
+Script = list[TokenEvent]
 
 
 def hello(cached: int = 0) -> Script:
@@ -35,23 +34,19 @@ def weather_call(city: str = "Paris", finish: Any = "tool_calls") -> Script:
 def text_then_call() -> Script:
     """Content, then a call, with a piece of content held back until the end."""
     args = '{"city": "Oslo"}'
-    done = result("Let me look.", calls=(ToolCall("get_weather", args),), finish="tool_calls")
-    done.tail = (ContentDelta(" Done."),)
+    done = result("Let me look.", calls=(ToolCall("get_weather", args),), finish="tool_calls",
+                  tail=(ContentDelta(" Done."),))
     return [text("Let me"), text(" look."), call(0, "get_weather"), call(0, arguments=args),
             done]
 
 
-class AgentService:
+class AgentService(ScriptedModel):
     """Plays `script` (or `script_for(request)`); keeps every request in `seen`."""
-
-    model_id = "tiny"
-    forward_calls = 0
 
     def __init__(self, script: Script | None = None) -> None:
         self.script: Script = script if script is not None else hello()
         self.script_for: Callable[[GenerationRequest], Script] | None = None
         self.seen: list[GenerationRequest] = []
-        self.tokenizer = None
 
     @property
     def last(self) -> GenerationRequest:
@@ -71,10 +66,7 @@ class AgentService:
 
     def count_tokens(self, req: GenerationRequest) -> int:
         self.seen.append(req)
-        return sum(len(str(m.get("content", "")).split()) for m in req.messages) + len(req.tools)
-
-    def reset(self) -> None:
-        pass
+        return super().count_tokens(req)
 
 
 def sse_events(body: str) -> list[tuple[str, dict[str, Any]]]:

@@ -1,12 +1,15 @@
-"""Events a scripted service emits, as the engine's text layer would send them
-(a plain module for the HTTP-layer tests, which run no model)."""
+"""Events a scripted service emits, as the engine's text layer would send them, and
+what such a service declares besides its script (for the HTTP-layer tests, which run
+no model)."""
 
 from __future__ import annotations
 
-from ffwd.engine.events import Alternative, FinishReason, TokenEvent
-from ffwd.engine.generate import GenerationResult
+from typing import Any
+
+from ffwd.engine.events import Alternative, FinishReason, GenerationResult, TokenEvent
 from ffwd.fill import FillStats
-from ffwd.templates.formats.base import ContentDelta, ToolCall, ToolCallDelta
+from ffwd.serve.request import GenerationRequest
+from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolCallDelta
 
 
 def text(piece: str, logprob: float | None = None, top: tuple[Alternative, ...] = (),
@@ -30,12 +33,32 @@ def call(index: int, name: str | None = None, arguments: str = "") -> TokenEvent
 
 
 def result(content: str = "", calls: tuple[ToolCall, ...] = (), finish: FinishReason = "stop",
-           prompt: int = 10, completion: int = 2, cached: int = 0,
-           forward_calls: int = 0) -> GenerationResult:
-    """The last item of a run."""
-    return GenerationResult(
+           prompt: int = 10, completion: int = 2, cached: int = 0, forward_calls: int = 0,
+           tail: tuple[Delta, ...] = (), stop_sequence: str | None = None) -> TokenEvent:
+    """The last event of a run: what was held back until the end (`tail`), the result."""
+    res = GenerationResult(
         text=content, token_ids=[0] * completion, origins=["sampled"] * completion,
         finish_reason=finish, stats=FillStats(), forward_calls=forward_calls,
         prompt_tokens=prompt, cached_tokens=cached, seconds=0.0, prefill_seconds=0.0,
-        content=content, calls=list(calls),
+        content=content, calls=list(calls), stop_sequence=stop_sequence,
     )
+    return TokenEvent.last(res, deltas=tail)
+
+
+class ScriptedModel:
+    """What a scripted service declares besides `prepare` and `run` (the rest of
+    `ffwd.serve.execute.Service`), for a model that is not there."""
+
+    model_id = "tiny"
+    forward_calls = 0
+
+    def model_info(self) -> dict[str, Any]:
+        return {"context_window": 2048, "tool_format": "hermes", "grammar": False,
+                "constrained_tool_calls": False}
+
+    def count_tokens(self, req: GenerationRequest) -> int:
+        """One per word of the messages' text, one per tool."""
+        return sum(len(str(m.get("content", "")).split()) for m in req.messages) + len(req.tools)
+
+    def reset(self) -> None:
+        pass

@@ -19,14 +19,13 @@ from ffwd.config import TokenLimits, resolve_scale_config
 from ffwd.deploy.app import REPLICA_HEADER, Accepted, ModelReplica, RayExecutor
 from ffwd.deploy.config import render_config
 from ffwd.deploy.spec import ROUTER_CLASS, DeploySpec
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import TokenEvent
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.errors import APIError, bad_request
-from ffwd.serve.execute import LocalExecutor
+from ffwd.serve.execute import Emit, LocalExecutor
 from ffwd.serve.request import GenerationRequest
-from ffwd.serve.service import Emit
-from tests.unit.scripted import result, text
+from tests.unit.scripted import ScriptedModel, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 FIN = result("Hello", prompt=5, completion=1, forward_calls=1)
@@ -73,10 +72,7 @@ def test_pow2_router_is_rays_default() -> None:
 
 
 # --- the replica's answer --------------------------------------------------------
-class Service:
-    model_id = "tiny"
-    forward_calls = 0
-
+class Service(ScriptedModel):
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
 
@@ -90,9 +86,6 @@ class Service:
         if self.fail:
             raise RuntimeError("boom")
         emit(FIN)
-
-    def reset(self) -> None:
-        pass
 
 
 def replica(service: Service) -> ModelReplica:
@@ -110,7 +103,9 @@ def test_replica_answers_accepted_then_events() -> None:
     req = parse_chat(CHAT)
     items = asyncio.run(collect(replica(Service()).generate(req)))
     assert items[0] == Accepted("r1") and items[1] == text("Hello")
-    assert isinstance(items[2], GenerationResult) and items[2].ffwd_block()["replica"] == "r1"
+    last = items[2]
+    assert isinstance(last, TokenEvent) and last.result is not None
+    assert last.result.ffwd_block()["replica"] == "r1"
     bad = parse_chat({"messages": [{"role": "user", "content": "bad"}]})
     (err,) = asyncio.run(collect(replica(Service()).generate(bad)))
     assert isinstance(err, APIError) and err.status == 400

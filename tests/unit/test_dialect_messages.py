@@ -144,9 +144,7 @@ def test_stop_reasons(client: TestClient, svc: AgentService, script: Any, reason
 
 
 def test_a_stop_sequence_is_reported(client: TestClient, svc: AgentService) -> None:
-    done = result("Hi")
-    done.stop_sequence = "END"
-    svc.script = [text("Hi"), done]
+    svc.script = [text("Hi"), result("Hi", stop_sequence="END")]
     body = post(client, stop_sequences=["END"])
     assert svc.last.stop == ("END",)
     assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "END")

@@ -69,13 +69,12 @@ def test_delimiter_ends_the_walk_inclusive() -> None:
     assert p is not None and p.ids == (3, 50)
 
 
-def test_nearest_candidates_first_and_capped() -> None:
-    hist = [1, 2, 7, 1, 2, 8, 1, 2, 9, 1, 2]
-    src = echo(hist, max_candidates=2)
-    # The present plus the two most recent earlier occurrences are kept.
-    assert src.candidates((1, 2)) == [10, 7, 4]
-    src1 = echo(hist, max_candidates=1)
-    assert src1.candidates((1, 2)) == [10, 7]
+def test_only_the_nearest_candidates_are_walked() -> None:
+    # "1 2" occurred three times before the present: followed by 7, then 9, then 9.
+    hist = [1, 2, 7, 1, 2, 9, 1, 2, 9, 1, 2]
+    p = echo(hist, max_candidates=2).propose(View())  # the nearest two agree
+    assert p is not None and p.ids == (9, 1, 2, 9, 1, 2) and not p.branch_stop
+    assert echo(hist, max_candidates=3).propose(View()) is None  # the oldest forks at once
 
 
 def test_one_candidate_still_copies() -> None:

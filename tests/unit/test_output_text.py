@@ -1,16 +1,18 @@
 """The text layer without a model: a reply is the join of the deltas it streamed,
-a repeated call is held back and dropped, and markup that fails to parse after a
-strict row fired disarms the rows."""
+a repeated call is held back and dropped, markup that fails to parse is noted (the
+generation then disarms the rows), and the parser gates the template rows."""
 
 from __future__ import annotations
 
 import json
 
+import pytest
+
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.text import OutputText
-from ffwd.fill import FillPlan, FillRow, FillSession, Proposal
+from ffwd.engine.text import OutputText, ToolCalls
+from ffwd.fill import FillRow
 from ffwd.templates.formats import get_format
-from ffwd.templates.formats.base import ContentDelta, ToolCallDelta
+from ffwd.templates.formats.base import ContentDelta, NameSoFar, Rule, ToolCallDelta
 from ffwd.templates.formats.repeats import RepeatFilter
 from tests.unit._tokenizers import tokenizer
 
@@ -44,10 +46,13 @@ def events(text: str) -> list[TokenEvent]:
     return [TokenEvent(i, "sampled") for i in tokenizer("default").encode(text)]
 
 
-def run(text: str, **kw: object) -> tuple[OutputText, list[TokenEvent]]:
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    out = OutputText(tokenizer("default"), parser=get_format("hermes").new_parser(tools),
-                     **kw)  # type: ignore[arg-type]
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+
+
+def run(text: str, rules: dict[FillRow, tuple[Rule, ...]] | None = None
+        ) -> tuple[OutputText, list[TokenEvent]]:
+    out = OutputText(tokenizer("default"), calls=ToolCalls(get_format("hermes"), TOOLS,
+                                                            rules or {}))
     sent = []
     for e in events(text):
         sent.append(out.feed(e))
@@ -58,7 +63,7 @@ def run(text: str, **kw: object) -> tuple[OutputText, list[TokenEvent]]:
 
 def joined(sent: list[TokenEvent], out: OutputText, cut: bool) -> tuple[str, list[list[str]]]:
     content, calls = "", {}
-    for d in [x for e in sent for x in e.deltas] + list(out.finish(cut)):
+    for d in [x for e in sent for x in e.deltas] + list(out.finish(cut)[1]):
         if isinstance(d, ContentDelta):
             content += d.text
         else:
@@ -82,13 +87,31 @@ def test_a_cut_call_is_returned_as_far_as_it_was_written() -> None:
     assert [(c.name, c.arguments) for c in out.calls] == [("f", '{"a": 1, "b"')]
 
 
-def test_markup_that_fails_to_parse_disarms_the_strict_rows() -> None:
-    row = FillRow((1,), (2, 3), "scaffold")
-    session = FillSession(FillPlan(rows=(row,)), [0])
-    proposal = session.push(1)
-    assert isinstance(proposal, Proposal)
-    session.commit(proposal, 2)  # a strict row fired
+def test_markup_that_fails_to_parse_is_noted_on_the_feed_that_met_it() -> None:
+    out = OutputText(tokenizer("default"), calls=ToolCalls(get_format("hermes"), TOOLS))
     bad = '<tool_call>\n{"name": "f", "arguments": ]'
-    out, _ = run(bad, on_parse_failure=session.note_parse_failure)
+    failed = []
+    for e in events(bad):
+        out.feed(e)
+        failed.append(out.failed)
     assert out.parser is not None and out.parser.failures == 1
-    assert not session.strict_enabled and session.stats.parse_fallback == 1
+    assert failed.count(True) == 1  # only the feed that met it
+    out.finish(cut=False)
+    assert not out.failed
+
+
+@pytest.mark.parametrize("stop", [(), ("zq",)], ids=["no-stop", "held-by-a-stop"])
+def test_the_parser_gates_a_row_where_its_rendering_had_it(stop: tuple[str, ...]) -> None:
+    row = FillRow((1,), (2,), "name", requires_context=True)
+    calls = ToolCalls(get_format("hermes"), TOOLS, {row: (NameSoFar("f"),)})
+    out = OutputText(tokenizer("default"), stop, calls)
+    allowed = []
+    for e in events('<tool_call>\n{"name": "f'):
+        out.feed(e)
+        allowed.append(out.allows(row))
+    assert allowed[-1] and not any(allowed[:-1])  # only once the name written is "f"
+    out.feed(events("z")[0])
+    # "fz" is no longer the name; under a stop string "zq" the z is held back, so the
+    # parser has not read it: the row still may not fire.
+    assert not out.allows(row)
+    assert out.parser is not None and out.parser.state.name == ("f" if stop else "fz")

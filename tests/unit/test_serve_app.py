@@ -12,19 +12,17 @@ from fastapi.testclient import TestClient
 
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
+from ffwd.serve.execute import Emit
 from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
-from ffwd.serve.service import Emit
 from ffwd.templates.formats.base import ToolCall
-from tests.unit.scripted import call, result, text
+from tests.unit.scripted import ScriptedModel, call, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 
 
-class Scripted:
+class Scripted(ScriptedModel):
     """Emits a fixed script; `gate` (if set) blocks runs until released."""
-
-    model_id = "tiny"
 
     def __init__(self, gate: threading.Event | None = None, fail: bool = False) -> None:
         self.gate = gate
@@ -202,7 +200,7 @@ def test_queue_full_is_429_and_server_recovers() -> None:
         second = threading.Thread(target=call)
         second.start()
         for _ in range(200):  # wait until the second is queued
-            if app.state.executor.scheduler.depth == 1:
+            if app.state.executor.depth == 1:
                 break
             threading.Event().wait(0.01)
         r = c.post("/v1/chat/completions", json=CHAT)

@@ -242,7 +242,7 @@ def test_a_disconnected_non_streaming_client_cancels_its_generation() -> None:
     asyncio.run(call())
     assert svc.cancel_seen.wait(5), "the generation was not cancelled"
     for _ in range(500):  # the worker settles the job right after the run returns
-        if not app.state.executor.scheduler.running:
+        if not app.state.executor.running:
             break
         threading.Event().wait(0.01)
     assert sent[0]["status"] == 499

@@ -1,9 +1,10 @@
-"""What the Responses and Messages dialects share: strict models, stop strings,
-tool choices checked against the tools, volatile prompt blocks."""
+"""What the dialects share: ids, strict models, stop strings, tool choices checked
+against the tools, volatile prompt blocks."""
 
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,6 +20,11 @@ __all__ = ["MAX_STOP_CHARS", "MAX_TOOLS", "NON_TEXT_PARTS", "Strict"]
 # at the top of its system prompt. They are dropped before the prompt is rendered.
 VOLATILE_LINE = re.compile(r"^[ \t]*x-anthropic-billing-header:[^\n]*(\n|$)",
                            re.IGNORECASE | re.MULTILINE)
+
+
+def new_id(prefix: str) -> str:
+    """A fresh object id: `prefix` and 24 random hex digits."""
+    return prefix + uuid.uuid4().hex[:24]
 
 
 class Strict(BaseModel):

@@ -8,7 +8,7 @@ prompt cache keeps the conversation's prefix; ``tool_use`` blocks become the
 assistant's tool calls and ``tool_result`` blocks tool messages;
 ``tool_choice`` ``any`` is ``required``, ``tool`` a named function. Tools
 Anthropic runs itself (``web_search_...``) are skipped, named in the reply's
-``warnings``. `MessagesReply` writes the events back, as a whole message or as
+``warnings``. `MessagesWriter` writes the events back, as a whole message or as
 Anthropic's event stream, both from the same `Segmenter` steps.
 """
 
@@ -17,14 +17,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.engine.sampling import SamplingParams
-from ffwd.serve.dialects.chat import new_id
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
     check_choice,
     function_tool,
+    new_id,
     strip_volatile,
 )
 from ffwd.serve.dialects.messages_models import (
@@ -46,7 +45,14 @@ STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_t
                 "cancelled": "end_turn"}
 
 
-def messages_request(req: CountTokensRequest, reply_id: str
+def open_message(req: MessagesRequest,
+                 tenant: str = "") -> tuple[GenerationRequest, MessagesWriter]:
+    """The generation a validated request asks for and the writer of its response."""
+    gen, warnings = messages_request(req, new_id("msg_"), tenant)
+    return gen, MessagesWriter(gen, req.model, warnings)
+
+
+def messages_request(req: CountTokensRequest, reply_id: str, tenant: str = ""
                      ) -> tuple[GenerationRequest, list[str]]:
     """The generation `req` asks for, and the warnings for its reply."""
     warnings: list[str] = []
@@ -65,7 +71,7 @@ def messages_request(req: CountTokensRequest, reply_id: str
                  if req.output_config else None}
     gen = GenerationRequest(reply_id, "chat", messages=messages, tools=tools,
                             tool_choice=choice, parallel_tool_calls=parallel, sampling=sampling,
-                            params=PARAMS, **extra)
+                            params=PARAMS, tenant=tenant, **extra)
     return gen, warnings
 
 
@@ -127,22 +133,22 @@ def tool_choice(req: CountTokensRequest, tools: list[dict[str, Any]]
     return choice, not tc.disable_parallel_tool_use
 
 
-class MessagesReply:
+class MessagesWriter:
     """One reply's state: its content blocks so far and the ids of its tool_use blocks."""
 
-    def __init__(self, model: str, warnings: list[str] | None = None) -> None:
+    def __init__(self, gen: GenerationRequest, model: str,
+                 warnings: list[str] | None = None) -> None:
+        self.id = gen.id
         self.model = model
         self.warnings = warnings or []
-        self.id = new_id("msg_")
         self.segments = Segmenter()
         self.tool_ids: dict[int, str] = {}
 
-    # --- the Reply protocol ---------------------------------------------------
+    # --- the Writer protocol ---------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
-        list(self.segments.feed(event.deltas))
+        self._steps(event)
 
     def whole(self, res: GenerationResult) -> dict[str, Any]:
-        list(self._end(res))
         return self.message(res)
 
     def opening(self) -> list[str]:
@@ -150,11 +156,10 @@ class MessagesReply:
                 self._event("ping")]
 
     def event(self, event: TokenEvent) -> list[str]:
-        return [self._write(step) for step in self.segments.feed(event.deltas)]
-
-    def closing(self, res: GenerationResult) -> list[str]:
-        out = [self._write(step) for step in self._end(res)]
-        done = self.message(res)
+        out = [self._write(step) for step in self._steps(event)]
+        if event.result is None:
+            return out
+        done = self.message(event.result)
         delta = {"stop_reason": done["stop_reason"], "stop_sequence": done["stop_sequence"]}
         return [*out, self._event("message_delta", delta=delta, usage=done["usage"]),
                 self._event("message_stop")]
@@ -178,9 +183,12 @@ class MessagesReply:
             out["ffwd"] = res.ffwd_block()
         return out
 
-    def _end(self, res: GenerationResult) -> list[Step]:
-        return [*self.segments.feed(res.tail),
-                *self.segments.close(cut=res.finish_reason == "length")]
+    def _steps(self, event: TokenEvent) -> list[Step]:
+        """The steps of an event's deltas; the last event's then close the last block."""
+        steps = list(self.segments.feed(event.deltas))
+        if event.result is not None:
+            steps += self.segments.close(cut=event.result.finish_reason == "length")
+        return steps
 
     def _tool_id(self, seg: Segment) -> str:
         return self.tool_ids.setdefault(seg.position, new_id("toolu_"))

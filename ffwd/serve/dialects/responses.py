@@ -7,9 +7,11 @@ message, ``message`` items messages, ``function_call`` items the assistant's
 tool calls and ``function_call_output`` items tool messages; ``reasoning``
 items are dropped, and so, with a warning on the response, are items and
 tools of types ffwd does not run (``web_search``, ``local_shell``,
-``custom``, ...). `ResponsesReply` writes the events back: a whole response
+``custom``, ...). `ResponsesWriter` writes the events back: a whole response
 object, or the Responses event stream (``response.created``, ...,
-``response.completed``), both built from the same `Segmenter` steps.
+``response.completed``), both built from the same `Segmenter` steps. The
+response is kept for ``previous_response_id`` under its tenant (the API key
+that asked, `ffwd.serve.middleware.tenant`).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.engine.sampling import SamplingParams
-from ffwd.serve.dialects.chat import _token_logprob, new_id
+from ffwd.serve.dialects.chunks import token_logprob
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
     check_choice,
     function_tool,
+    new_id,
     not_found,
     refused,
 )
@@ -45,7 +47,6 @@ from ffwd.serve.dialects.segments import Segment, Segmenter, Step
 from ffwd.serve.dialects.store import ResponseStore
 from ffwd.serve.errors import APIError, bad_request
 from ffwd.serve.request import GenerationRequest
-from ffwd.templates.formats.base import Delta
 
 # How this API spells the fields a prepared request may be refused for.
 PARAMS = {"messages": "input", "prompt": "input", "max_tokens": "max_output_tokens",
@@ -62,15 +63,15 @@ class Translated:
 
 
 def open_response(req: ResponsesRequest, store: ResponseStore,
-                  namespace: str) -> tuple[GenerationRequest, ResponsesReply]:
+                  tenant: str = "") -> tuple[GenerationRequest, ResponsesWriter]:
     """The generation a validated request asks for and the writer of its response."""
-    history = history_of(store, namespace, req.previous_response_id)
-    t = responses_request(req, new_id("resp_"), history)
-    return t.gen, ResponsesReply(req, t, store, namespace)
+    history = history_of(store, tenant, req.previous_response_id)
+    t = responses_request(req, new_id("resp_"), history, tenant)
+    return t.gen, ResponsesWriter(req, t, store)
 
 
-def responses_request(req: ResponsesRequest, reply_id: str,
-                      history: list[dict[str, Any]]) -> Translated:
+def responses_request(req: ResponsesRequest, reply_id: str, history: list[dict[str, Any]],
+                      tenant: str = "") -> Translated:
     """The generation `req` asks for after `history` (see the module docstring)."""
     if req.background:
         raise refused("background", "background responses are not supported: send the "
@@ -94,7 +95,7 @@ def responses_request(req: ResponsesRequest, reply_id: str,
         response_format=fmt.response_format() if fmt else None,
         fill=req.ffwd.fill_overrides() if req.ffwd else None,
         logprobs=(req.top_logprobs or 0) if req.wants_logprobs else None,
-        stream=req.stream, params=PARAMS,
+        stream=req.stream, params=PARAMS, tenant=tenant,
     )
     return Translated(gen, conversation, warnings)
 
@@ -176,12 +177,12 @@ def tool_choice(req: ResponsesRequest, tools: list[dict[str, Any]]
     return choice, tools
 
 
-def history_of(store: ResponseStore, namespace: str,
+def history_of(store: ResponseStore, tenant: str,
                previous: str | None) -> list[dict[str, Any]]:
     """The conversation `previous` ended (a 404 when the store does not hold it)."""
     if previous is None:
         return []
-    stored = store.get(namespace, previous)
+    stored = store.get(tenant, previous)
     if stored is None:
         raise not_found(f"previous response with id {previous!r} not found (responses are "
                         "kept for a while only, and only when sent with store: true)",
@@ -189,14 +190,14 @@ def history_of(store: ResponseStore, namespace: str,
     return list(stored.messages)
 
 
-class ResponsesReply:
+class ResponsesWriter:
     """One response's state: its output items so far, their ids, its event count."""
 
     def __init__(self, req: ResponsesRequest, t: Translated,
-                 store: ResponseStore | None = None, namespace: str = "") -> None:
+                 store: ResponseStore | None = None) -> None:
         self.req, self.gen, self.warnings = req, t.gen, t.warnings
         self.conversation = t.conversation
-        self.store, self.namespace = store, namespace
+        self.store = store
         self.id = t.gen.id
         self.created_at = int(time.time())
         self.segments = Segmenter()
@@ -205,12 +206,11 @@ class ResponsesReply:
         self.pending: list[TokenEvent] = []  # tokens whose logprobs are not sent yet
         self.logprobs: dict[int, list[dict[str, Any]]] = {}  # position -> its text's
 
-    # --- the Reply protocol ---------------------------------------------------
+    # --- the Writer protocol ---------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
-        self._feed(event)
+        self._steps(event)
 
     def whole(self, res: GenerationResult) -> dict[str, Any]:
-        self._end(res)
         return self._finish(res)
 
     def opening(self) -> list[str]:
@@ -219,11 +219,10 @@ class ResponsesReply:
                 self._event("response.in_progress", response=body)]
 
     def event(self, event: TokenEvent) -> list[str]:
-        return [line for step, lp in self._feed(event) for line in self._write(step, lp)]
-
-    def closing(self, res: GenerationResult) -> list[str]:
-        out = [line for step, lp in self._end(res) for line in self._write(step, lp)]
-        body = self._finish(res)
+        out = [line for step, lp in self._steps(event) for line in self._write(step, lp)]
+        if event.result is None:
+            return out
+        body = self._finish(event.result)
         return [*out, self._event(f"response.{body['status']}", response=body)]
 
     def error_event(self, err: APIError) -> str:
@@ -263,7 +262,7 @@ class ResponsesReply:
     def _finish(self, res: GenerationResult) -> dict[str, Any]:
         body = self.body("incomplete" if res.finish_reason == "length" else "completed", res)
         if self.store is not None and self.req.store:
-            self.store.put(self.namespace, self.id, body,
+            self.store.put(self.gen.tenant, self.id, body,
                            [*self.conversation, self._as_message()])
         return body
 
@@ -278,25 +277,22 @@ class ResponsesReply:
         return msg | ({"tool_calls": calls} if calls else {})
 
     # --- items and events ---------------------------------------------------------
-    def _feed(self, event: TokenEvent | None, deltas: tuple[Delta, ...] = ()) -> Steps:
-        """The steps of a token's deltas, each text delta with its tokens' logprobs."""
-        if event is not None:
-            deltas = event.deltas
-            if self.gen.logprobs is not None:
-                self.pending.append(event)
+    def _steps(self, event: TokenEvent) -> Steps:
+        """The steps of an event's deltas, each text delta with its tokens' logprobs; the
+        last event's then close the last item."""
+        res = event.result
+        if res is None and self.gen.logprobs is not None:
+            self.pending.append(event)
         out: Steps = []
-        for step in self.segments.feed(deltas):
+        for step in self.segments.feed(event.deltas):
             lp: list[dict[str, Any]] = []
             if step.kind == "delta" and step.segment.kind == "text":
-                lp, self.pending = [_token_logprob(t) for t in self.pending], []
+                lp, self.pending = [token_logprob(t) for t in self.pending], []
                 self.logprobs.setdefault(step.segment.position, []).extend(lp)
             out.append((step, lp))
+        if res is not None:
+            out += [(s, []) for s in self.segments.close(res.finish_reason == "length")]
         return out
-
-    def _end(self, res: GenerationResult) -> Steps:
-        """The steps of what was held back, then of closing the last item."""
-        steps = self._feed(None, res.tail)
-        return steps + [(s, []) for s in self.segments.close(res.finish_reason == "length")]
 
     def _ids(self, seg: Segment) -> tuple[str, str]:
         if seg.position not in self.ids:

@@ -2,14 +2,14 @@
 
 A bounded in-memory store: at most `max_entries` responses and `max_bytes` of
 their JSON, each for at most `max_age_s` seconds; the oldest go first. Entries
-live in a namespace, the API key's when the server has keys, so one key's
-client cannot continue (or read) another's conversation. The store lives in
-the process that serves HTTP (the ingress under ``--replicas``).
+live in their tenant's namespace (`ffwd.serve.middleware.tenant`: the API key
+a request presents), so one key's client cannot continue (or read) another's
+conversation. The store lives in the process that serves HTTP (the ingress
+under ``--replicas``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -33,11 +33,6 @@ class Stored:
     messages: list[dict[str, Any]]
     size: int
     at: float
-
-
-def key_namespace(key: bytes | None) -> str:
-    """The namespace of an API key (a digest: the key itself is not kept)."""
-    return hashlib.sha256(key).hexdigest()[:32] if key else ""
 
 
 class ResponseStore:

@@ -241,26 +241,23 @@ class AllKeysUsed:
 
 
 class ToolCallContext:
-    """`StrictFillContext` for one request: a row fires only where one of its rules
-    holds for the parser's state, and only once the parser has read every id
-    emitted so far (`ready`: no text held back by the detokenizer or a stop string).
-
-    Shared, the text layer feeds `parser` the output it releases and says when it
-    is `ready`. Standalone (`ToolFormat.new_context`: model-free replay, tests) the
-    context decodes every id it observes and feeds its own parser.
+    """`StrictFillContext` for one request, standalone (`ToolFormat.new_context`:
+    model-free replay, tests): it decodes every id it observes and feeds its own
+    parser. A row fires only where one of its rules holds for the parser's state,
+    and only once the parser has read every id observed (`ready`: no character
+    held back by the detokenizer). In a generation the text layer plays this part
+    with the parser that reads the reply (`ffwd.engine.text.OutputText`).
     """
 
     def __init__(
         self,
         rules: Mapping[FillRow, Sequence[Rule]],
         parser: ToolParser,
-        ready: Callable[[], bool] | None = None,
         detokenizer: Detokenizer | None = None,
     ) -> None:
         self.parser = parser
         self._rules = rules
         self._detok = detokenizer
-        self._ready = ready
         self._state: ParseState | None = None
 
     def observe(self, ids: Sequence[int]) -> None:
@@ -272,8 +269,6 @@ class ToolCallContext:
 
     @property
     def ready(self) -> bool:
-        if self._ready is not None:
-            return self._ready()
         return self._detok is None or not self._detok.pending
 
     @property
