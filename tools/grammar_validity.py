@@ -27,9 +27,9 @@ import jsonschema
 
 from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.config import FillConfig
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.events import TokenEvent
 from ffwd.serve.dialects.chat import parse_chat
-from ffwd.serve.service import Event, ModelService
+from ffwd.serve.service import ModelService
 from ffwd.templates.formats import FORMATS
 from ffwd.templates.render import normalize_tools
 
@@ -63,11 +63,11 @@ def measure(
             "tool_choice": named if choice == "named" else "required",
             "max_tokens": max_tokens, "temperature": 0.0, "ffwd": {"grammar": grammar},
         })
-        events: list[Event] = []
+        events: list[TokenEvent] = []
         service.reset()
         service.run(service.prepare(req), events.append, lambda: False)
-        done = events[-1]
-        assert isinstance(done, GenerationResult)
+        done = events[-1].result
+        assert done is not None
         counts["requests"] += 1
         counts["valid"] += valid(done.calls, tools)
         counts["cut"] += done.completion_tokens >= max_tokens
