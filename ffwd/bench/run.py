@@ -241,7 +241,7 @@ def environment(
     import torch
     import transformers
 
-    from ffwd.engine.llamacpp import system_info
+    from ffwd.engine.native import system_info
 
     dtype = backend.dtype_name  # llama.cpp: gguf-kv-<the KV cache's type>
     env = {

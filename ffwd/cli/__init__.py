@@ -8,6 +8,8 @@ wiring of the layers below, nothing else. This file only routes.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import importlib
 import sys
 from collections.abc import Sequence
@@ -26,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # A native crash (a signal in llama.cpp or torch) prints the Python stack, never bare.
+    if sys.__stderr__ is not None and not faulthandler.is_enabled():
+        with contextlib.suppress(ValueError, OSError):  # no file descriptor to write to
+            faulthandler.enable(sys.__stderr__)
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ffwd", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

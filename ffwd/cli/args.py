@@ -81,6 +81,9 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp's KV cache type; auto (q8_0, or bf16 where the heads' "
                    "sizes do not fit q8_0) makes greedy output independent of fill and of the "
                    "prompt cache, f16 does not (FFWD_KV_CACHE; default: auto)")
+    p.add_argument("--n-gpu-layers", default=None,
+                   help="llama.cpp: layers offloaded to the GPU, auto|all|N (FFWD_N_GPU_LAYERS; "
+                   "default: auto = all where the build can offload, else none)")
 
 
 def _fill_arguments(p: argparse.ArgumentParser) -> None:
@@ -155,6 +158,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
         "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
+        "n_gpu_layers": args.n_gpu_layers,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine

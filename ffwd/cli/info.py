@@ -5,7 +5,11 @@ settings resolve to, the chat template and tool-call format the server
 would use, the context window, the forward cost curve fill sizes its spans by (once a
 load has measured it), the fill settings ``ffwd serve`` would start with,
 and what greedy determinism that configuration promises (see
-`greedy_promise`). ``--json`` prints the same as one JSON object.
+`greedy_promise`). On llama.cpp it also prints the CPU, the library's build
+line, whether it can offload to a GPU, and where a first forward (run in a
+child process, `ffwd.models.check_engine`) put the weights (CPU, REPACK, AMX,
+GPU buffers) and the KV cache; when that forward fails, it says so.
+``--json`` prints the same as one JSON object.
 ``--measure-cost`` loads the model to measure the cost curve again (do it on
 a quiet machine: a curve measured under contention misprices spans).
 """
@@ -30,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
     p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
     p.add_argument("--kv-cache", default=None, help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
+    p.add_argument("--n-gpu-layers", default=None,
+                   help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -39,15 +45,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
-    from ffwd.models import engine_for, load_tokenizer, resolve_device, resolve_model
+    from ffwd.models import engine_for, load_tokenizer, pick_device, resolve_model
     from ffwd.templates.render import model_template, resolve_template
 
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
-        "threads": args.threads, "kv_cache": args.kv_cache})
+        "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
-    device = resolve_device(engine.device)
+    device = pick_device(engine.device)
     backend = engine_for(ref, engine.backend, device)
     dtype = _dtype(backend, engine, device)
     tokenizer = load_tokenizer(ref)
@@ -58,7 +64,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
 
         load_backend(ref, backend=backend, dtype=engine.dtype, device=device,
                      threads=engine.threads, context=engine.context, kv_cache=engine.kv_cache,
-                     tokenizer=tokenizer, measure_cost=True)
+                     n_gpu_layers=engine.n_gpu_layers, tokenizer=tokenizer, measure_cost=True)
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -74,21 +80,53 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "tool_format": tool_format,
         "context_window": _context_window(ref, backend, engine.context),
         "vocab_size": len(tokenizer),
-        "cost_curve": _cost_curve(ref, backend, dtype, device, _thread_count(engine.threads)),
+        "cost_curve": _cost_curve(ref, backend, dtype, _curve_device(backend, device, engine),
+                                  _thread_count(engine.threads)),
         "fill_served": fill.mode,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
+        **(_native(ref, engine) if backend == "llamacpp" else {"cpu": _cpu()}),
     }
+
+
+def _cpu() -> str:
+    from ffwd.engine.native import cpu_model
+
+    return cpu_model()
+
+
+def _native(ref: Any, engine: Any) -> dict[str, Any]:
+    """llama.cpp's build, its GPU offload, and where a first forward put the model."""
+    from ffwd.engine.native import amx_kernels, gpu_layers, gpu_offload, system_info
+    from ffwd.models import EngineFailure, check_engine
+
+    line, offload = system_info(), gpu_offload()
+    out: dict[str, Any] = {
+        "cpu": _cpu(), "llama_cpp_build": line,
+        "gpu_offload": "available in this build" if offload else "none (a CPU-only build: "
+        "`make install LLAMA=cuda|metal|vulkan` builds one)",
+        "gpu_layers": gpu_layers(engine.n_gpu_layers, offload=offload, line=line),
+        "amx_guard": "on: the build has ggml's AMX kernels, which crash; weights stay in plain "
+        "CPU buffers (no AMX, no REPACK)" if amx_kernels(line) else "off (no AMX kernels)",
+    }
+    try:
+        load = check_engine(ref, threads=engine.threads, kv_cache=engine.kv_cache,
+                            n_gpu_layers=engine.n_gpu_layers)
+        out["engine_check"] = "ok: a first forward ran"
+        out["layout"] = load.describe()
+    except EngineFailure as exc:
+        out["engine_check"] = f"FAILED: {exc}"
+    return out
 
 
 def _dtype(backend: str, engine: Any, device: str) -> str:
     """The name the backend gives its weights' type (llama.cpp: the file's and its cache's)."""
-    from ffwd.models import resolve_dtype
+    from ffwd.models import torch_dtype
 
     if backend == "llamacpp":
         return f"gguf-kv-{engine.kv_cache}"
-    return str(resolve_dtype(engine.dtype, device)).removeprefix("torch.")
+    return str(torch_dtype(engine.dtype, device)).removeprefix("torch.")
 
 
 def _dtype_text(backend: str, engine: Any, dtype: str) -> str:
@@ -122,12 +160,20 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
     return trained
 
 
+def _curve_device(backend: str, device: str, engine: Any) -> str:
+    """The device part of the cost curve's cache key, as the loader names it."""
+    if backend != "llamacpp":
+        return device if device == "cpu" or ":" in device else f"{device}:0"
+    from ffwd.engine.native import device_key, gpu_layers, gpu_offload, system_info
+
+    return device_key(gpu_layers(engine.n_gpu_layers, offload=gpu_offload(), line=system_info()))
+
+
 def _cost_curve(ref: Any, backend: str, dtype: str, device: str, threads: int) -> str:
     """The measured forward costs fill sizes its spans by, or where the first load puts them."""
     from ffwd.models import cost_curve_path, read_cost_curve
 
-    on = device if device == "cpu" or ":" in device else f"{device}:0"  # the loaded device
-    path = cost_curve_path(ref, backend, dtype, on, threads)
+    path = cost_curve_path(ref, backend, dtype, device, threads)
     curve = read_cost_curve(path)
     if curve is None:
         return f"not measured yet: the first load measures it into {path}"

@@ -71,6 +71,10 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
     print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
     if backend.cost is not None:
         print(f"forward cost: {backend.cost.describe()}", file=sys.stderr)
+    from ffwd.engine.llamacpp import LlamaCppBackend
+
+    if isinstance(backend, LlamaCppBackend):
+        print(f"llama.cpp: {backend.load.describe()}", file=sys.stderr)
     print(
         f"ffwd serving {name} on {backend.engine} ({service.format_name} tools, fill "
         f"{service.fill.mode}) at http://{args.host}:{args.port}/v1",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +17,8 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_CONTEXT        llama.cpp context ids, 0 = the model's (<= 8192)   0
 #     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr            0
 #     FFWD_KV_CACHE       llama.cpp's cache: auto|q8_0|f16|bf16              auto
+#     FFWD_N_GPU_LAYERS   llama.cpp: layers on the GPU, auto|all|N           auto
+#                         (auto: all where the build can offload, else none)
 #
 # The KV cache's type decides which attention kernel llama.cpp runs: with an f16
 # cache a one-id forward splits its attention over the threads (past 256 ids) and
@@ -47,6 +49,33 @@ BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
 resolve_backend: Callable[[object], BackendKind] = choice("FFWD_BACKEND", BACKENDS)
 
 
+def resolve_gpu_layers(raw: object) -> str | int:
+    """auto, all (or -1) or a count of layers; raise naming FFWD_N_GPU_LAYERS otherwise."""
+    s = raw.strip().lower() if isinstance(raw, str) else raw
+    if s in (None, "", "auto"):
+        return "auto"
+    if s in ("all", "-1", -1):
+        return "all"
+    try:
+        return int_in("FFWD_N_GPU_LAYERS", 0, 100_000)(raw)
+    except SettingError:
+        raise SettingError("FFWD_N_GPU_LAYERS", raw, "auto, all or a number of layers") from None
+
+
+# OpenMP threads (llama.cpp's and torch's) spin this many rounds at a barrier before they
+# sleep; libgomp's default, 300000, is what makes two processes on shared cores crawl
+# (ffwd.engine.threads), and 1000 decoded as fast alone on two cores.
+OPENMP_SPIN = "1000"
+
+
+def openmp_defaults(env: MutableMapping[str, str] | None = None) -> None:
+    """Give OpenMP a short spin unless the operator set GOMP_SPINCOUNT or OMP_WAIT_POLICY.
+    Only a library loaded after this reads it: `ffwd/__init__` calls it first thing."""
+    env = os.environ if env is None else env
+    if "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env:
+        env["GOMP_SPINCOUNT"] = OPENMP_SPIN
+
+
 _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "backend": ("FFWD_BACKEND", resolve_backend),
     "dtype": ("FFWD_DTYPE", resolve_dtype),
@@ -56,6 +85,7 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "context": ("FFWD_CONTEXT", int_in("FFWD_CONTEXT", 0, 1 << 24)),
     "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
     "kv_cache": ("FFWD_KV_CACHE", choice("FFWD_KV_CACHE", KV_CACHES)),
+    "n_gpu_layers": ("FFWD_N_GPU_LAYERS", resolve_gpu_layers),
 }
 
 
@@ -71,6 +101,7 @@ class EngineConfig:
     context: int = 0
     llamacpp_log: bool = False
     kv_cache: KvCache = "auto"
+    n_gpu_layers: str | int = "auto"
 
 
 def resolve_engine_config(

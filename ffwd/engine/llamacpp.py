@@ -44,8 +44,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
-import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +54,17 @@ import torch
 
 from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
 from ffwd.engine.cost import CostCurve
+from ffwd.engine.native import (
+    LoadReport,
+    capture,
+    device_key,
+    gpu_layers,
+    gpu_offload,
+    init_llama,
+    load_model,
+    system_info,
+)
+from ffwd.engine.threads import ThreadChooser
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
@@ -69,55 +79,6 @@ class _Snapshot:
     data: ctypes.Array[ctypes.c_uint8]
     size: int
     last_logits: torch.Tensor | None
-
-
-# --- process-wide set-up --------------------------------------------------------
-
-_init_lock = threading.Lock()
-_initialised = False
-_log_enabled = False
-
-
-def _lib() -> Any:
-    import llama_cpp
-
-    return llama_cpp
-
-
-def _on_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    if _log_enabled and text:
-        sys.stderr.write(text.decode("utf-8", errors="replace"))
-
-
-_log_callback: Any = None  # the ctypes callback; kept alive as long as llama.cpp may call it
-
-
-def init_llama(log: bool = False) -> Any:
-    """Load the library once, route its log (dropped unless `log`), return the module."""
-    global _initialised, _log_enabled, _log_callback
-    lib = _lib()
-    with _init_lock:
-        _log_enabled = _log_enabled or log
-        if not _initialised:
-            _log_callback = lib.llama_log_callback(_on_log)
-            lib.llama_log_set(_log_callback, ctypes.c_void_p(0))
-            lib.llama_backend_init()
-            _initialised = True
-    return lib
-
-
-def system_info() -> str:
-    """llama.cpp's build line: the instruction sets it was compiled for (AVX2 = 1 ...)."""
-    return str(init_llama().llama_print_system_info().decode("utf-8", errors="replace")).strip()
-
-
-def _load_model(lib: Any, path: str) -> Any:
-    params = lib.llama_model_default_params()
-    params.n_gpu_layers = 0  # this build runs on the CPU
-    model = lib.llama_model_load_from_file(path.encode(), params)
-    if not model:
-        raise ValueError(f"{path}: llama.cpp cannot load this file as a GGUF model")
-    return model
 
 
 def kv_type(lib: Any, model: Any, kv_cache: str) -> str:
@@ -183,6 +144,7 @@ class LlamaCppBackend(CacheBookkeeping):
         n_batch: int = 512,
         log: bool = False,
         kv_cache: str = "auto",
+        n_gpu_layers: str | int = "auto",
     ) -> None:
         if n_batch < 1 or n_ctx < 0 or threads < 0 or kv_cache not in (*KV_TYPES, "auto"):
             raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}, "
@@ -190,17 +152,15 @@ class LlamaCppBackend(CacheBookkeeping):
         self.kv_cache = kv_cache  # the setting (the cost curve's cache key names it)
         self.path = os.fspath(path)
         lib = self._lib = init_llama(log)
-        model = _load_model(lib, self.path)
-        self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
-        self._vocab = int(lib.llama_vocab_n_tokens(vocab))
-        self._eos = frozenset(i for i in range(self._vocab) if lib.llama_vocab_is_eog(vocab, i))
-        self.recurrent = bool(lib.llama_model_is_recurrent(model)
-                              or lib.llama_model_is_hybrid(model))
-        self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
-        self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
-        self.threads = threads or torch.get_num_threads()
-        self.kv_type = kv_type(lib, model, kv_cache)
-        self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
+        line = system_info()
+        self.n_gpu_layers = gpu_layers(n_gpu_layers, offload=gpu_offload(), line=line)
+        with capture() as lines:  # llama.cpp says where the weights and the cache went
+            model = load_model(lib, self.path, self.n_gpu_layers, line)
+            self._read_model(lib, model, n_ctx, threads, kv_cache)
+            self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
+        self.load = LoadReport.parse(lines)
+        self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
+        self.device_key = device_key(self.n_gpu_layers)
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
         for i in range(n_batch):  # every row belongs to the one sequence
@@ -212,6 +172,17 @@ class LlamaCppBackend(CacheBookkeeping):
         self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
+
+    def _read_model(self, lib: Any, model: Any, n_ctx: int, threads: int, kv_cache: str) -> None:
+        self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
+        self._vocab = int(lib.llama_vocab_n_tokens(vocab))
+        self._eos = frozenset(i for i in range(self._vocab) if lib.llama_vocab_is_eog(vocab, i))
+        self.recurrent = bool(lib.llama_model_is_recurrent(model)
+                              or lib.llama_model_is_hybrid(model))
+        self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
+        self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
+        self.threads = threads or torch.get_num_threads()
+        self.kv_type = kv_type(lib, model, kv_cache)
 
     def close(self) -> None:
         """Free the context and the model now (the backend is unusable afterwards)."""
@@ -324,6 +295,16 @@ class LlamaCppBackend(CacheBookkeeping):
         """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
         return self._decode(ids, all_rows=False)[-1]
 
+    @property
+    def threads_now(self) -> int:
+        """The threads forwards run on now (`threads` or fewer while the cores are shared)."""
+        return self._threads.current
+
+    def _observe_step(self, ms: float) -> None:
+        count = self._threads.observe(ms)
+        if count is not None:
+            self._lib.llama_set_n_threads(self._ctx, count, count)
+
     def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
         """One `llama_decode` of `ids` at the end of the cache; the rows asked for."""
         n = len(ids)
@@ -346,7 +327,10 @@ class LlamaCppBackend(CacheBookkeeping):
             batch.logits[i] = flag
         batch.logits[n - 1] = 1
         # 2. run it. A failure leaves the cache as it was, except a fatal one.
+        t0 = time.perf_counter()
         rc = self._lib.llama_decode(self._ctx, batch)
+        if n == 1 and rc == 0:  # one-id steps tell whether fewer threads would be faster
+            self._observe_step((time.perf_counter() - t0) * 1000)
         if rc != 0:
             if rc < 0:
                 self.reset()  # processed micro-batches may remain: start clean

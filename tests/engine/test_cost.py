@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import ffwd.models.costs
 from ffwd.engine.cost import CostCurve
 from ffwd.engine.measure import measure
+from ffwd.engine.threads import Contention
 from ffwd.fill.spans import Undo
 from ffwd.models import load_or_measure
 from tests.engine.tiny_models import tiny_backend
@@ -54,7 +56,8 @@ def test_bad_tables_are_refused() -> None:
         CostCurve({1: 0.0}, {1: 1.0}, max_append=8)
 
 
-def test_load_or_measure_caches_the_curve(tmp_path: Path) -> None:
+def test_load_or_measure_caches_the_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ffwd.models.costs, "BUSY", 1.01)  # kept however busy this machine is
     path = tmp_path / "curves" / "tiny.json"
     first = load_or_measure(tiny_backend("llama"), path)
     assert path.exists()
@@ -62,3 +65,16 @@ def test_load_or_measure_caches_the_curve(tmp_path: Path) -> None:
     assert again.as_dict() == first.as_dict()
     path.write_text("{not json")  # a damaged file is measured again, not an error
     assert load_or_measure(tiny_backend("llama"), path).rows.keys() == first.rows.keys()
+
+
+def test_a_curve_measured_on_busy_cores_is_not_cached(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(Contention, "share", lambda self: 0.6)
+    path = tmp_path / "curves" / "tiny.json"
+    curve = load_or_measure(tiny_backend("llama"), path)
+    assert curve.rows and not path.exists()
+    assert "not cached" in caplog.text and "60%" in caplog.text
+    monkeypatch.setattr(Contention, "share", lambda self: 0.05)
+    load_or_measure(tiny_backend("llama"), path)
+    assert path.exists()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ffwd.config import EngineConfig, resolve_engine_config
-from ffwd.models import choose_backend, resolve_dtype
+from ffwd.models import choose_backend, torch_dtype
 
 
 def test_defaults_env_and_overrides() -> None:
@@ -38,9 +38,9 @@ def test_unknown_override_is_an_error() -> None:
 def test_dtype_resolution() -> None:
     import torch
 
-    assert resolve_dtype("float32", "cpu") == torch.float32
-    assert resolve_dtype("auto", "cuda") == torch.bfloat16
-    assert resolve_dtype("auto", "cpu") in (torch.float32, torch.bfloat16)
+    assert torch_dtype("float32", "cpu") == torch.float32
+    assert torch_dtype("auto", "cuda") == torch.bfloat16
+    assert torch_dtype("auto", "cpu") in (torch.float32, torch.bfloat16)
 
 
 @pytest.mark.parametrize(
@@ -53,8 +53,15 @@ def test_choose_backend(requested: str, gguf: bool, device: str, engine: str) ->
     assert choose_backend(requested, gguf=gguf, device=device) == engine
 
 
+def test_a_gguf_file_on_cuda_runs_on_llama_cpp_where_the_build_offloads() -> None:
+    for requested in ("auto", "llamacpp"):
+        assert choose_backend(requested, gguf=True, device="cuda", gpu_offload=True) == "llamacpp"
+    assert choose_backend("auto", gguf=False, device="cuda", gpu_offload=True) == "transformers"
+
+
 @pytest.mark.parametrize(("gguf", "device", "says"),
-                         [(False, "cpu", "runs .gguf files"), (True, "cuda", "runs on the CPU")])
+                         [(False, "cpu", "runs .gguf files"),
+                          (True, "cuda", "this llama.cpp build runs on the CPU only")])
 def test_llamacpp_where_it_cannot_run_is_an_error(gguf: bool, device: str, says: str) -> None:
-    with pytest.raises(ValueError, match=f"FFWD_BACKEND=llamacpp {says}"):
+    with pytest.raises(ValueError, match=f"FFWD_BACKEND=llamacpp:? {says}"):
         choose_backend("llamacpp", gguf=gguf, device=device)

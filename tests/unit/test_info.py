@@ -114,10 +114,15 @@ def test_measure_cost_replaces_a_stale_curve(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ffwd.models
+    import ffwd.models.costs
+    import ffwd.models.load
     from ffwd.engine.cost import CostCurve
     from ffwd.fill.spans import POINTS
 
-    monkeypatch.setattr(ffwd.models, "cost_curve_path", lambda *a: tmp_path / "curve.json")
+    for module in (ffwd.models, ffwd.models.load):
+        monkeypatch.setattr(module, "cost_curve_path", lambda *a: tmp_path / "curve.json")
+    # However busy this machine is, the new curve is kept (busy ones are tested apart).
+    monkeypatch.setattr(ffwd.models.costs, "BUSY", 1.01)
     stale = CostCurve({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)
     (tmp_path / "curve.json").write_text(json.dumps(stale.as_dict()))
     argv = ["info", "--json", "--device", "cpu", "--threads", "1", "--measure-cost"]

