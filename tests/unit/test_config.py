@@ -101,7 +101,8 @@ def test_no_other_module_reads_the_environment() -> None:
     root = Path(__file__).resolve().parents[2] / "ffwd"
     offenders = [
         str(p.relative_to(root)) for p in root.rglob("*.py")
-        if p.parent.name != "config" and ("os.environ" in p.read_text() or "getenv" in p.read_text())
+        if p.parent.name != "config"
+        and ("os.environ" in p.read_text() or "getenv" in p.read_text())
     ]
     assert offenders == []
 
