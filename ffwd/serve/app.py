@@ -87,7 +87,8 @@ def create_app(
                           "/v1/completions": CompletionRequest, "/v1/responses": ResponsesRequest,
                           "/v1/messages": MessagesRequest,
                           "/v1/messages/count_tokens": CountTokensRequest},
-                    [executor.model_id, "default"])
+                    [executor.model_id, "default"],
+                    max_tokens=executor.model_info().get("max_tokens_limit"))
     app.add_middleware(Guard, metrics=metrics, api_key=api_key)
     return app
 

@@ -1,7 +1,9 @@
 """Schemathesis against the app's own OpenAPI document, in process (ASGI), on the real
-`ModelService` over a tiny model (generation capped at 4 tokens): valid and invalid
-requests alike get no 5xx, every response matches the document, and every 4xx carries
-the OpenAI error shape with a non-null code."""
+`ModelService` over a tiny model (generation capped at 4 tokens), on all three APIs:
+valid and invalid requests alike get no 5xx; every response matches the document
+(status, media type, headers, and its body: the JSON, or each server-sent event's
+data); every 4xx carries the error shape with a non-null code; and every generation
+route answered 200 both as JSON and as an event stream, so the streams were checked."""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    response_headers_conformance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -24,7 +28,11 @@ from ffwd.serve.app import create_app
 from tests.engine.tiny_service import tiny_service
 
 EXAMPLES = 60  # per operation and generation mode (valid, invalid)
+STREAMED = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages")
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
+          response_headers_conformance, response_schema_conformance]
 seen: Counter[int] = Counter()
+answered: Counter[tuple[str, str]] = Counter()  # (path, media type) of each 200
 
 
 # Built at collection: schemathesis generates the tests from the served document.
@@ -37,20 +45,32 @@ def report() -> Iterator[None]:
     yield
     total = sum(seen.values())
     fives = sum(n for s, n in seen.items() if s >= 500)
-    print(f"\nAPI fuzz: {total} cases, {fives} 5xx, statuses {dict(sorted(seen.items()))}",
-          file=sys.stderr)
+    print(f"\nAPI fuzz: {total} cases, {fives} 5xx, statuses {dict(sorted(seen.items()))}, "
+          f"200s {dict(sorted(answered.items()))}", file=sys.stderr)
 
 
 @schema.parametrize()
-@settings(deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_5xx_and_the_error_shape(case: Any) -> None:
+@settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+def test_no_5xx_and_the_documented_responses(case: Any) -> None:
+    valid = case.meta.generation.mode == GenerationMode.POSITIVE
+    if valid and case.operation.path in STREAMED and isinstance(case.body, dict):
+        # A fuzzer seldom sends the optional `stream`: every other valid body streams.
+        case.body["stream"] = sum(seen.values()) % 2 == 0
     response = case.call()
     seen[response.status_code] += 1
-    case.validate_response(response, checks=[
-        not_a_server_error, status_code_conformance, content_type_conformance,
-        response_schema_conformance,
-    ])
+    if response.status_code == 200:
+        media = response.headers.get("content-type", [""])[0].split(";")[0]
+        answered[case.operation.path, media] += 1
+    case.validate_response(response, checks=CHECKS)
     if 400 <= response.status_code < 500:
         err = response.json()["error"]
         assert set(err) == {"message", "type", "param", "code"}
         assert err["message"] and err["code"], err
+
+
+def test_every_generation_route_was_checked_whole_and_streamed() -> None:
+    if not seen:
+        pytest.skip("runs after the fuzzing above (select the whole module)")
+    for path in STREAMED:
+        for media in ("application/json", "text/event-stream"):
+            assert answered[path, media] > 0, (path, media, dict(answered))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.json_schema import JsonDict
 
 from ffwd.serve.dialects.common import NON_TEXT_PARTS, Strict, check_stops
 from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText, TopCount
@@ -232,7 +233,16 @@ class TextConfig(Strict):
     verbosity: str | None = None  # accepted, not used
 
 
+# What the served document says of the rules JSON Schema can state.
+INPUT_OR_PREVIOUS: JsonDict = {"anyOf": [  # the server answers 400 without either
+    {"required": ["input"], "properties": {"input": {"not": {"type": "null"}}}},
+    {"required": ["previous_response_id"],
+     "properties": {"previous_response_id": {"type": "string"}}}]}
+
+
 class ResponsesRequest(Strict):
+    model_config = ConfigDict(json_schema_extra=INPUT_OR_PREVIOUS)
+
     model: str = "default"
     input: Annotated[str, Field(min_length=1)] | list[InputItem] | None = None
     instructions: str | None = None
@@ -253,8 +263,10 @@ class ResponsesRequest(Strict):
     previous_response_id: str | None = None
     stream: bool = False
     reasoning: dict[str, Any] | None = None  # accepted, not used: the model does not reason
-    background: bool = False
-    conversation: str | dict[str, Any] | None = None
+    background: bool = Field(default=False, json_schema_extra={
+        "enum": [False], "description": "not supported: omit, or false"})
+    conversation: str | dict[str, Any] | None = Field(default=None, json_schema_extra={
+        "type": "null", "description": "not supported (the Conversations API): omit, or null"})
     user: str | None = None
     ffwd: FfwdSettings | None = None
 

@@ -1,0 +1,106 @@
+"""The served OpenAPI document says what the server does (issue 26): what a Responses
+request must carry, the output limit the operator set, a response body for every 200
+(JSON and events), the request id on every response. Checked against the real
+`ModelService` on a tiny model, the document read by a JSON Schema validator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from jsonschema import Draft202012Validator
+
+from ffwd.config import TokenLimits
+from ffwd.serve.app import create_app
+from tests.engine.tiny_service import tiny_service
+
+LIMIT = 16
+HI = [{"role": "user", "content": "hi"}]
+# path -> (a valid body without its output limit, the limit's field)
+LIMITED = {
+    "/v1/chat/completions": ({"model": "default", "messages": HI}, "max_tokens"),
+    "/v1/completions": ({"model": "default", "prompt": "hi"}, "max_tokens"),
+    "/v1/responses": ({"model": "default", "input": "hi"}, "max_output_tokens"),
+    "/v1/messages": ({"model": "default", "messages": HI}, "max_tokens"),
+}
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(tiny_service(limits=TokenLimits(default=4, limit=LIMIT)))) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def doc(client: TestClient) -> dict[str, Any]:
+    document: dict[str, Any] = client.get("/openapi.json").json()
+    return document
+
+
+def valid(doc: dict[str, Any], component: str, body: object) -> bool:
+    schema = {"$ref": f"#/components/schemas/{component}", "components": doc["components"]}
+    return bool(Draft202012Validator(schema).is_valid(body))
+
+
+def test_a_responses_request_needs_input_or_a_previous_response(
+        doc: dict[str, Any], client: TestClient) -> None:
+    for body in ({"model": "default"}, {"input": None}):
+        assert not valid(doc, "ResponsesRequest", body)
+        reply = client.post("/v1/responses", json=body)
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == "input"
+    assert valid(doc, "ResponsesRequest", {"input": "hi"})
+    assert client.post("/v1/responses", json={"input": "hi"}).status_code == 200
+    # Without input, the stored response's conversation is continued (404: none stored).
+    previous = {"previous_response_id": "resp_none"}
+    assert valid(doc, "ResponsesRequest", previous)
+    reply = client.post("/v1/responses", json=previous)
+    assert reply.status_code == 404
+    assert reply.json()["error"]["param"] == "previous_response_id"
+
+
+@pytest.mark.parametrize("path", LIMITED)
+def test_the_output_limit_is_the_servers(path: str, doc: dict[str, Any],
+                                         client: TestClient) -> None:
+    body, field = LIMITED[path]
+    request = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    component = request["schema"]["$ref"].rsplit("/", 1)[-1]
+    assert valid(doc, component, {**body, field: LIMIT})
+    # The limit reaches the document through the executor's model_info().
+    assert not valid(doc, component, {**body, field: LIMIT + 1}), (
+        f"the document lets {field} exceed the server's limit {LIMIT}: "
+        "does model_info() report max_tokens_limit?")
+    assert client.post(path, json={**body, field: LIMIT}).status_code == 200
+    reply = client.post(path, json={**body, field: LIMIT + 1})
+    assert reply.status_code == 400 and reply.json()["error"]["param"] == field
+
+
+def test_every_200_has_a_typed_body_and_every_response_the_request_id(
+        doc: dict[str, Any]) -> None:
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            ok = op["responses"]["200"]["content"]
+            for media, spec in ok.items():
+                schema = spec["schema"]
+                assert schema != {} and schema.get("additionalProperties") is not True, (
+                    method, path, media)
+            streams = path in LIMITED
+            assert ("text/event-stream" in ok) == streams, (method, path)
+            for status, response in op["responses"].items():
+                headers = response["headers"]
+                assert "x-request-id" in headers, (method, path, status)
+                assert ("request-id" in headers) == path.startswith("/v1/messages")
+
+
+def test_generated_bodies_name_their_required_fields(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    assert {"id", "object", "created", "model", "choices", "usage"} <= set(
+        schemas["ChatCompletion"]["required"])
+    assert {"id", "status", "output", "usage"} <= set(schemas["Response"]["required"])
+    assert {"id", "content", "stop_reason", "usage"} <= set(
+        schemas["MessageResponse"]["required"])
+    chunk = doc["paths"]["/v1/chat/completions"]["post"]["responses"]["200"]["content"][
+        "text/event-stream"]["schema"]["properties"]["data"]
+    assert chunk["if"] == {"const": "[DONE]"}
+    assert chunk["else"]["contentSchema"]["anyOf"][0]["$ref"].endswith("/ChatCompletionChunk")
