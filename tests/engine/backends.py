@@ -19,8 +19,17 @@ from tests.engine.tiny_models import tiny_backend
 
 CHUNK = 64  # ids per prefill forward (and the most per forward) in every case
 
+
+def _offloads() -> bool:
+    from ffwd.engine.native import gpu_offload
+
+    return gpu_offload()
+
+
 ATTENTION = ["transformers:llama", "transformers:qwen2_sliding", "transformers:lfm2",
              "llamacpp:llama", "llamacpp:gemma3"]
+if _offloads():  # a GPU build of llama.cpp: the same contract with every layer offloaded
+    ATTENTION += ["llamacpp-gpu:llama", "llamacpp-gpu:gemma3"]
 RECURRENT = ["transformers:qwen3_next", "transformers:falcon_h1", "llamacpp:mamba"]
 CASES = ATTENTION + RECURRENT
 
@@ -48,4 +57,5 @@ def make_backend(case: str, eos: Sequence[int] = ()) -> Any:
     if len(eos) > 1:
         raise ValueError("the tiny GGUF files declare at most one EOS id")
     path = _gguf(family, eos[0] if eos else None)
-    return LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1)
+    layers = -1 if kind == "llamacpp-gpu" else 0
+    return LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1, n_gpu_layers=layers)
