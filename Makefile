@@ -58,8 +58,8 @@ peers: install
 	PATH="$(abspath $(BIN)):$$PATH" $(LLAMA_BUILD) peers
 
 lint: install
-	$(BIN)/ruff check ffwd tests
-	$(BIN)/mypy ffwd
+	$(BIN)/ruff check ffwd tests tools
+	$(BIN)/mypy ffwd tools
 
 test: lint
 	$(BIN)/python -m pytest -q tests

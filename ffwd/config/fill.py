@@ -73,7 +73,7 @@ REQUEST_FILL_TYPES: dict[str, type] = {
 @dataclass(frozen=True, slots=True)
 class FillConfig:
     """Resolved fill settings for a process or a request: every fill default, written
-    once (they come from `ffwd bench` and `python -m ffwd.bench.acceptance`)."""
+    once (they come from `ffwd bench` and `python -m tools.acceptance`)."""
 
     mode: FillMode = "off"
     max_span: int = 32

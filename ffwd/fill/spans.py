@@ -47,7 +47,7 @@ Cost = Callable[[int], float]  # ms for one forward of m ids
 # 8-15, 16-31, 32-63, 64 and more ids already matching the copied passage), not by
 # the position in the span: a copy that has gone on for long tends to go on. The
 # prior a request starts from, per source and run bucket (the last value holds past
-# the end), follows `python -m ffwd.bench.acceptance --k 3 --candidates 8 --max-span
+# the end), follows `python -m tools.acceptance --k 3 --candidates 8 --max-span
 # 32 --limit 3` on the embedded model: kept at runs 2-3, 4-7, 8-15, 16-31, 32-63,
 # 64+: 0.63, 0.75, 0.90, 0.95, 0.99, 0.99 pooled, 0.58, 0.64, 0.75 on tool requests.
 # It starts between the two, as an optimistic start costs forwards before it learns.
