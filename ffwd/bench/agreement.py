@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--backend", default="auto")
     p.add_argument("--dtype", default="float32", help="transformers only")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
-    p.add_argument("--kv-cache", default="auto", help="llama.cpp: comma-separated KV types")
+    p.add_argument("--kv-cache", default="auto",
+                   help="llama.cpp: comma-separated KV types (auto is the server's default, f16)")
     p.add_argument("--span", type=int, default=16, help="ids per batched forward")
     p.add_argument("--tokens", type=int, default=320, help="greedy ids per prompt")
     p.add_argument("--prompts", type=int, default=3, help=f"how many (at most {len(PROMPTS)})")
@@ -158,10 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.json:
             for k, v in result.items():
                 rate = 1 - v["flips"] / v["positions"] if v["positions"] else float("nan")
+                per_k = 1000 * v["flips"] / v["positions"] if v["positions"] else float("nan")
                 where = "prefill cold vs warm/one-id" if k == "prefill" else f"cache {k} {SPLIT}"
                 print(f"{ref.name} {engine} threads={threads} kv={kv} {where}: "
                       f"{v['positions'] - v['flips']}/{v['positions']} argmax agree "
-                      f"({rate:.2%}), max |logit diff| {v['max_abs_diff']}")
+                      f"({rate:.2%}; {per_k:.1f} flips per 1000 ids), "
+                      f"max |logit diff| {v['max_abs_diff']}")
     if args.json:
         print(json.dumps(report))
     return 0
