@@ -24,7 +24,9 @@ class GenerationRequest:
     `messages` are as the chat template reads them (content a string, assistant
     `tool_calls` in OpenAI's shape); `tools` are OpenAI function tools and
     `tool_choice` is ``auto``, ``none``, ``required`` or
-    ``{"type": "function", "function": {"name": ...}}``. `response_format` is
+    ``{"type": "function", "function": {"name": ...}}``; `parallel_tool_calls`
+    says whether more than one call may be made (each dialect decides it by its
+    API's rules). `response_format` is
     OpenAI's (``json_object`` or ``json_schema``). `fill` holds the request's
     own ``ffwd`` settings, checked by `ffwd.config.FillConfig.for_request`.
     `logprobs` is the number of alternatives per token (0: the token's own

@@ -4,6 +4,7 @@ tokens, a cancelled run stops within a step, and `ffwd generate` renders as the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -121,3 +122,67 @@ def test_every_request_has_a_bounded_output() -> None:
                 assert err["code"] == "max_tokens_too_large" and "50" in err["message"]
         r = c.post("/v1/completions", json={"prompt": "Once", "max_tokens": 10**6})
         assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens"
+
+
+# --- a named tool choice --------------------------------------------------------------
+ONE_CITY = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo", "Rome"]}},
+            "required": ["city"], "additionalProperties": False}
+PING = {"type": "function", "function": {"name": "ping", "parameters": ONE_CITY}}
+NAMED = {  # per dialect: the URL and a greedy request that names the tool "ping"
+    "chat": ("/v1/chat/completions", {
+        **ASK, "tools": [PING], "max_tokens": 120, "temperature": 0,
+        "tool_choice": {"type": "function", "function": {"name": "ping"}},
+        "stream_options": {"include_usage": True}}),
+    "responses": ("/v1/responses", {
+        "input": ASK["messages"][0]["content"], "max_output_tokens": 120, "temperature": 0,
+        "tools": [{"type": "function", "name": "ping", "parameters": ONE_CITY}],
+        "tool_choice": {"type": "function", "name": "ping"}}),
+    "messages": ("/v1/messages", {
+        "model": "tiny", **ASK, "max_tokens": 120, "temperature": 0,
+        "tools": [{"name": "ping", "input_schema": ONE_CITY}],
+        "tool_choice": {"type": "tool", "name": "ping", "disable_parallel_tool_use": True}}),
+}
+
+
+def calls_and_tokens(dialect: str, r: Any, stream: bool) -> tuple[list[str], int]:
+    """The calls' arguments a reply carries and its completion tokens."""
+    if not stream:
+        body = r.json()
+        if dialect == "chat":
+            calls = body["choices"][0]["message"]["tool_calls"]
+            return [c["function"]["arguments"] for c in calls], body["usage"]["completion_tokens"]
+        if dialect == "responses":
+            return ([o["arguments"] for o in body["output"] if o["type"] == "function_call"],
+                    body["usage"]["output_tokens"])
+        return ([json.dumps(b["input"]) for b in body["content"] if b["type"] == "tool_use"],
+                body["usage"]["output_tokens"])
+    if dialect == "chat":
+        chunks = [json.loads(b[6:]) for b in r.text.strip().split("\n\n") if b != "data: [DONE]"]
+        args: dict[int, str] = {}
+        for ch in chunks:
+            for d in (ch["choices"][0]["delta"].get("tool_calls") or []) if ch["choices"] else []:
+                args[d["index"]] = args.get(d["index"], "") + d["function"]["arguments"]
+        return list(args.values()), chunks[-1]["usage"]["completion_tokens"]
+    events = [json.loads(b.split("\ndata: ", 1)[1]) for b in r.text.strip().split("\n\n")]
+    if dialect == "responses":
+        done = events[-1]["response"]
+        return ([o["arguments"] for o in done["output"] if o["type"] == "function_call"],
+                done["usage"]["output_tokens"])
+    starts = [e for e in events if e["type"] == "content_block_start"
+              and e["content_block"]["type"] == "tool_use"]
+    return ["" for _ in starts], events[-2]["usage"]["output_tokens"]
+
+
+@pytest.mark.parametrize("dialect", sorted(NAMED))
+def test_a_named_tool_choice_is_one_call_streamed_and_whole(dialect: str) -> None:
+    # Greedy, this model writes a second call after the first when more may follow (the
+    # same call again: dropped as a repeat). A named choice ends the reply at the first.
+    url, body = NAMED[dialect]
+    with TestClient(create_app(tiny_service(capped=False))) as c:
+        whole = c.post(url, json=body)
+        streamed = c.post(url, json={**body, "stream": True})
+    assert whole.json()["ffwd"]["dropped_calls"] == 0  # no second call was written
+    calls, tokens = calls_and_tokens(dialect, whole, stream=False)
+    assert len(calls) == 1 and json.loads(calls[0])["city"] in ("Paris", "Oslo", "Rome")
+    s_calls, s_tokens = calls_and_tokens(dialect, streamed, stream=True)
+    assert len(s_calls) == 1 and s_tokens == tokens

@@ -109,21 +109,37 @@ def test_tool_round_trip(server: Server) -> None:
     assert r2.choices[0].message.content and not r2.choices[0].message.tool_calls
 
 
-def test_named_tool_choice_calls_that_function(server: Server) -> None:
+def test_a_named_tool_choice_is_one_call_of_that_function(server: Server) -> None:
+    # Issue 26: with room for more (400 ids), this model wrote the call three times.
     c = client(server)
     kw: dict[str, Any] = dict(
-        model="default", messages=ASK, tools=[WEATHER, TIME], max_tokens=150, temperature=0,
+        model="default", messages=ASK, tools=[WEATHER, TIME], max_tokens=400, temperature=0,
         tool_choice={"type": "function", "function": {"name": "get_time"}},
     )
+    deltas = [d for ch in c.chat.completions.create(stream=True, **kw) if ch.choices
+              for d in ch.choices[0].delta.tool_calls or []]
     # The name is injected by the strict tier, so the first streamed delta names it.
-    first = next(
-        d for ch in c.chat.completions.create(stream=True, **kw) if ch.choices
-        for d in ch.choices[0].delta.tool_calls or []
-    )
-    assert first.function is not None and first.function.name == "get_time"
-    calls = c.chat.completions.create(**kw).choices[0].message.tool_calls
-    assert calls and calls[0].function.name == "get_time"  # type: ignore[union-attr]
+    assert deltas[0].function is not None and deltas[0].function.name == "get_time"
+    assert {d.index for d in deltas} == {0}
+    r = c.chat.completions.create(**kw)
+    calls = r.choices[0].message.tool_calls or []
+    assert [call.function.name for call in calls] == ["get_time"]  # type: ignore[union-attr]
     assert isinstance(json.loads(calls[0].function.arguments), dict)  # type: ignore[union-attr]
+    assert r.choices[0].finish_reason == "tool_calls"
+    # Nothing follows the call: before, a second one was written (and dropped as a repeat).
+    assert (r.model_extra or {})["ffwd"]["dropped_calls"] == 0
+    # The Responses API's named choice means the same, plain and streamed.
+    tools = [{"type": "function", **t["function"]} for t in (WEATHER, TIME)]
+    rkw: dict[str, Any] = dict(
+        model="default", input=ASK[0]["content"], tools=tools, max_output_tokens=400,
+        temperature=0, tool_choice={"type": "function", "name": "get_time"},
+    )
+    whole = c.responses.create(**rkw)
+    assert [o.name for o in whole.output if o.type == "function_call"] == ["get_time"]
+    assert (whole.model_extra or {})["ffwd"]["dropped_calls"] == 0
+    added = [e.item for e in c.responses.create(stream=True, **rkw)
+             if e.type == "response.output_item.added"]
+    assert [i.name for i in added if i.type == "function_call"] == ["get_time"]
 
 
 def test_streamed_tool_calls_equal_the_whole_ones(server: Server) -> None:

@@ -108,8 +108,11 @@ def test_mid_conversation_system_messages(client: TestClient, svc: AgentService)
 
 @pytest.mark.parametrize(("choice", "expected", "parallel"), [
     ({"type": "any"}, "required", True),
+    # Anthropic's forced tool: disable_parallel_tool_use, not the choice, limits the calls.
     ({"type": "tool", "name": "get_weather"},
      {"type": "function", "function": {"name": "get_weather"}}, True),
+    ({"type": "tool", "name": "get_weather", "disable_parallel_tool_use": True},
+     {"type": "function", "function": {"name": "get_weather"}}, False),
     ({"type": "auto", "disable_parallel_tool_use": True}, "auto", False),
     ({"type": "none"}, "none", True),
     (None, "auto", True),

@@ -120,6 +120,8 @@ def test_tool_choice(client: TestClient, svc: AgentService, choice: Any, expecte
     post(client, input="hi", tools=[WEATHER, other], **({"tool_choice": choice} if choice
                                                          else {}))
     assert svc.last.tool_choice == expected
+    # A named function is exactly one call; parallel_tool_calls (true) governs the rest.
+    assert svc.last.parallel_tool_calls is not isinstance(expected, dict)
     names = [t["function"]["name"] for t in svc.last.tools]
     allowed = isinstance(choice, dict) and choice["type"] == "allowed_tools"
     assert names == (["get_weather"] if allowed else ["get_weather", "get_time"])

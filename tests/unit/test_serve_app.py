@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ffwd.serve.app import create_app
+from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.errors import bad_request
 from ffwd.serve.execute import Emit
 from ffwd.serve.protocol import ChatCompletionRequest
@@ -226,3 +227,14 @@ def test_developer_role_is_rendered_as_system() -> None:
     req = ChatCompletionRequest.model_validate(
         {"messages": [{"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}]})
     assert req.messages[0].as_template_message() == {"role": "system", "content": "Be brief."}
+
+
+@pytest.mark.parametrize(("choice", "parallel", "expected"), [
+    ({"type": "function", "function": {"name": "get_weather"}}, True, False),
+    ("required", True, True), ("auto", True, True), ("required", False, False),
+])
+def test_a_named_tool_choice_is_one_call(choice: Any, parallel: bool, expected: bool) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    req = parse_chat({**CHAT, "tools": tools, "tool_choice": choice,
+                      "parallel_tool_calls": parallel})
+    assert req.parallel_tool_calls is expected

@@ -1,7 +1,9 @@
 """OpenAI Chat Completions (``POST /v1/chat/completions``): requests in, JSON and chunks out.
 
 `open_chat` translates a validated body (`ffwd.serve.protocol`) into a
-`GenerationRequest` and makes the writer of its response. `ChatWriter` turns
+`GenerationRequest` (a named ``tool_choice`` is exactly one call, as OpenAI
+documents; ``parallel_tool_calls`` governs ``auto`` and ``required``) and makes
+the writer of its response. `ChatWriter` turns
 each event's deltas into chunks (content, or tool-call fragments with the
 call's id on its first) and a whole response into one message; the envelope,
 finish, usage and token view are `chunks.ChunkWriter`'s.
@@ -13,7 +15,7 @@ from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chunks import ChunkWriter, common_fields, token_logprob
-from ffwd.serve.dialects.common import new_id
+from ffwd.serve.dialects.common import new_id, openai_parallel
 from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCallDelta
@@ -31,11 +33,12 @@ def chat_request(req: ChatCompletionRequest, tenant: str = "") -> GenerationRequ
     """`req` as the one request (a 400 for what the server refuses, `check`)."""
     req.check()
     limit = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
+    choice = req.tool_choice_value
     return GenerationRequest(
         new_id("chatcmpl-"), "chat", messages=[m.as_template_message() for m in req.messages],
-        tools=list(req.tools or []), tool_choice=req.tool_choice_value,
-        parallel_tool_calls=req.parallel_tool_calls, params={"max_tokens": limit},
-        tenant=tenant, **common_fields(req),
+        tools=list(req.tools or []), tool_choice=choice,
+        parallel_tool_calls=openai_parallel(choice, req.parallel_tool_calls),
+        params={"max_tokens": limit}, tenant=tenant, **common_fields(req),
     )
 
 

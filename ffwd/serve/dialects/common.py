@@ -94,6 +94,13 @@ def check_choice(choice: str | Mapping[str, Any], tools: list[dict[str, Any]],
                 f"{', '.join(sorted(names))})", param=param, code="unknown_tool")
 
 
+def openai_parallel(choice: str | Mapping[str, Any], parallel_tool_calls: bool) -> bool:
+    """Whether more than one call may be made under OpenAI's rules: a named function is
+    exactly one call (the model calls that function), ``parallel_tool_calls`` governs
+    ``auto`` and ``required``."""
+    return parallel_tool_calls and not isinstance(choice, Mapping)
+
+
 def not_found(message: str, param: str | None, code: str) -> APIError:
     return APIError(404, message, type="invalid_request_error", param=param, code=code)
 

@@ -6,10 +6,13 @@ system message, without the lines that change on every request (Claude
 Code's ``x-anthropic-billing-header`` block, `common.strip_volatile`), so the
 prompt cache keeps the conversation's prefix; ``tool_use`` blocks become the
 assistant's tool calls and ``tool_result`` blocks tool messages;
-``tool_choice`` ``any`` is ``required``, ``tool`` a named function. Tools
-Anthropic runs itself (``web_search_...``) are skipped, named in the reply's
-``warnings``. `MessagesWriter` writes the events back, as a whole message or as
-Anthropic's event stream, both from the same `Segmenter` steps.
+``tool_choice`` ``any`` is ``required``, ``tool`` a named function: a forced
+use of that tool, as Anthropic documents, with ``disable_parallel_tool_use``
+deciding whether more calls may follow (unlike OpenAI's named choice, which is
+always one call). Tools Anthropic runs itself (``web_search_...``) are
+skipped, named in the reply's ``warnings``. `MessagesWriter` writes the
+events back, as a whole message or as Anthropic's event stream, both from the
+same `Segmenter` steps.
 """
 
 from __future__ import annotations

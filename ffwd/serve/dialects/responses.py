@@ -7,9 +7,10 @@ message, ``message`` items messages, ``function_call`` items the assistant's
 tool calls and ``function_call_output`` items tool messages; ``reasoning``
 items are dropped, and so, with a warning on the response, are items and
 tools of types ffwd does not run (``web_search``, ``local_shell``,
-``custom``, ...). `ResponsesWriter` writes the events back: a whole response
-object, or the Responses event stream (``response.created``, ...,
-``response.completed``), both built from the same `Segmenter` steps. The
+``custom``, ...). A named function choice is exactly one call.
+`ResponsesWriter` writes the events back: a whole response object, or the
+Responses event stream (``response.created``, ..., ``response.completed``),
+both built from the same `Segmenter` steps. The
 response is kept for ``previous_response_id`` under its tenant (the API key
 that asked, `ffwd.serve.middleware.tenant`).
 """
@@ -30,6 +31,7 @@ from ffwd.serve.dialects.common import (
     function_tool,
     new_id,
     not_found,
+    openai_parallel,
     refused,
 )
 from ffwd.serve.dialects.responses_models import (
@@ -89,7 +91,8 @@ def responses_request(req: ResponsesRequest, reply_id: str, history: list[dict[s
     fmt = req.text.format if req.text else None
     gen = GenerationRequest(
         reply_id, "chat", messages=with_instructions(req.instructions, conversation),
-        tools=tools, tool_choice=choice, parallel_tool_calls=req.parallel_tool_calls,
+        tools=tools, tool_choice=choice,
+        parallel_tool_calls=openai_parallel(choice, req.parallel_tool_calls),
         sampling=SamplingParams(temperature=req.temperature, top_p=req.top_p, seed=req.seed),
         max_tokens=req.max_output_tokens, stop=tuple(req.stop_list),
         response_format=fmt.response_format() if fmt else None,
