@@ -182,6 +182,8 @@ def model_entry(executor: Executor) -> dict[str, Any]:
             "guaranteed_tool_calls": bool(info.get("constrained_tool_calls")),
             "structured_output": bool(info.get("grammar")),
             "streaming": True, "logprobs": True, "vision": False, "reasoning": False,
+            # Greedy output bit-identical however it is computed (`ffwd serve --deterministic`).
+            "deterministic": bool(info.get("deterministic")),
         },
         "tool_format": info.get("tool_format"),
     }

@@ -30,6 +30,7 @@ from ffwd.config import (
 )
 from ffwd.engine.backend import Backend
 from ffwd.engine.generate import Prepared, stream_generate
+from ffwd.engine.promise import loaded_promise
 from ffwd.engine.sampling import SamplingParams
 from ffwd.engine.text import ToolCalls
 from ffwd.fill import FillPlan
@@ -102,7 +103,8 @@ class ModelService:
     def model_info(self) -> dict[str, Any]:
         grammar = self.grammars is not None
         return {"context_window": self.context_window, "tool_format": self.format_name,
-                "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar}
+                "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar,
+                "deterministic": loaded_promise(self.backend)[0]}
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare(self, req: GenerationRequest) -> Ready:
