@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from ffwd.serve.dialects.common import Strict, check_stops
 from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText
@@ -84,7 +85,7 @@ def _block_tag(v: object) -> str | None:
 Block = Annotated[
     Annotated[TextBlock, Tag("Text")] | Annotated[ToolUseBlock, Tag("ToolUse")]
     | Annotated[ToolResultBlock, Tag("ToolResult")] | Annotated[ThinkingBlock, Tag("Thinking")]
-    | Annotated[OtherBlock, Tag("Other")],
+    | Annotated[SkipJsonSchema[OtherBlock], Tag("Other")],  # refused: not in the document
     Discriminator(_block_tag, custom_error_type="invalid_block",
                   custom_error_message="expected a content block: an object with a string "
                   "'type'"),
