@@ -231,6 +231,7 @@ class Capabilities(BaseModel):
     logprobs: bool
     vision: bool
     reasoning: bool
+    deterministic: bool  # greedy output bit-identical however it is computed
 
 
 class ModelEntry(BaseModel):
