@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from dataclasses import replace
 
 from ffwd.cli.args import (
     add_scale_arguments,
@@ -14,11 +15,14 @@ from ffwd.cli.args import (
     resolve_settings,
     wants_replicas,
 )
-from ffwd.config import EngineConfig, FillConfig, TokenLimits
+from ffwd.config import LOG_FORMATS, EngineConfig, FillConfig, TokenLimits, resolve_log_format
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_service_arguments(p)
+    p.add_argument("--log-format", default=None, choices=LOG_FORMATS,
+                   help="how the log's lines are written, one line per request among them: "
+                   "text (key=value) or json (FFWD_LOG_FORMAT; default: text)")
     add_scale_arguments(p, join=True)
 
 
@@ -28,6 +32,7 @@ def main(args: argparse.Namespace) -> int:
         limits = resolve_limits(args)
         if fill.trace_path:
             _check_trace_file(fill.trace_path)
+        log_format = resolve_log_format(args.log_format)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
         from ffwd.models import resolve_model
 
@@ -36,12 +41,15 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"ffwd serve: {exc}", file=sys.stderr)
         return 2
-    # Our own log lines (a failed generation's traceback above all) go to stderr.
+    # Our own log lines (one per request, a failed generation's traceback) go to stderr.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+    from ffwd.serve.access import configure_logging
+
+    configure_logging(log_format)
     if spec is not None:
         from ffwd.deploy.run import serve_replicas
 
-        return serve_replicas(spec, args.ray_address)
+        return serve_replicas(replace(spec, log_format=log_format), args.ray_address)
     assert ref is not None
     return _serve_here(args, ref.name, fill, engine, limits)
 

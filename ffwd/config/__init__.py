@@ -7,7 +7,7 @@ No module outside this package reads `os.environ`.
 
 * `fill`: FFWD_FILL and FFWD_FILL_* (process and per-request fill settings)
 * `engine`: FFWD_BACKEND, FFWD_THREADS, FFWD_KV_CACHE ... (how the model runs)
-* `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR
+* `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR, FFWD_LOG_FORMAT
 * `scale`: replicas and routing under Ray Serve (flags only)
 """
 
@@ -38,18 +38,22 @@ from ffwd.config.server import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
+    LOG_FORMATS,
     TokenLimits,
     cache_dir,
     check_limits,
+    resolve_log_format,
     resolve_token_limits,
 )
 from ffwd.values import SettingError
 
 __all__ = [
     "BACKENDS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_PROMPT_CACHE_BYTES",
-    "DTYPES", "FILL_MODES", "KV_CACHES", "REQUEST_FILL_TYPES", "ROUTERS", "SERVER_DEFAULT_FILL",
+    "DTYPES", "FILL_MODES", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES", "ROUTERS",
+    "SERVER_DEFAULT_FILL",
     "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache", "Router",
     "ScaleConfig", "SettingError", "TokenLimits", "cache_dir", "check_limits",
     "resolve_backend", "resolve_device", "resolve_dtype", "resolve_engine_config",
-    "resolve_fill_config", "resolve_fill_mode", "resolve_scale_config", "resolve_token_limits",
+    "resolve_fill_config", "resolve_fill_mode", "resolve_log_format", "resolve_scale_config",
+    "resolve_token_limits",
 ]

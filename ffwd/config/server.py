@@ -3,6 +3,7 @@
     FFWD_DEFAULT_MAX_TOKENS  output ids when a request names no limit     1024
     FFWD_MAX_TOKENS_LIMIT    the most output ids a request may ask for     4096
     FFWD_CACHE_DIR           converted models, tokenizers, cost curves     ~/.cache/ffwd
+    FFWD_LOG_FORMAT          the server's log lines: text or json          text
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ffwd.values import Parser, int_in, parse_settings
+from ffwd.values import Parser, choice, int_in, parse_settings
 
 DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
 DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
@@ -60,6 +61,16 @@ def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_by
     if max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
 
+
+
+LOG_FORMATS = ("text", "json")
+
+
+def resolve_log_format(flag: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """FFWD_LOG_FORMAT, or the --log-format `flag` (which wins): ``text`` or ``json``."""
+    env = os.environ if env is None else env
+    return str(choice("FFWD_LOG_FORMAT", LOG_FORMATS)(
+        flag if flag is not None else env.get("FFWD_LOG_FORMAT")))
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -29,6 +29,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from ffwd.deploy.router import StatsCollector
 from ffwd.deploy.spec import DeploySpec
 from ffwd.engine.events import TokenEvent
+from ffwd.serve.access import configure_logging
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import APIError, as_api_error, server_error
 from ffwd.serve.execute import LocalExecutor, Put, Started, queue_full
@@ -217,6 +218,7 @@ class Ingress:
                                     info=info.get("model_info"))
         self.api_key = spec.api_key
         self.max_body_bytes = spec.max_body_bytes
+        configure_logging(spec.log_format)  # one line per request, in this actor's log
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(executor=self.executor, api_key=self.api_key,

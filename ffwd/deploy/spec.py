@@ -26,6 +26,7 @@ from ffwd.config import (
     check_limits,
     resolve_engine_config,
     resolve_fill_config,
+    resolve_log_format,
     resolve_scale_config,
     resolve_token_limits,
 )
@@ -35,7 +36,7 @@ MODEL_DEPLOYMENT = "ModelReplica"
 INGRESS_DEPLOYMENT = "Ingress"
 ROUTER_CLASS = "ffwd.deploy.ray_router:PrefixAffinityRouter"
 _SERVICE_KEYS = ("model", "tool_format", "prompt_cache_bytes", "api_key", "max_queue",
-                 "max_body_bytes")
+                 "max_body_bytes", "log_format")
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,11 @@ class DeploySpec:
     host: str = "127.0.0.1"
     port: int = 8000
     limits: TokenLimits = field(default_factory=TokenLimits)
+    log_format: str = "text"  # the ingress's log lines (ffwd.serve.access)
 
     def __post_init__(self) -> None:
         check_limits(self.max_queue, self.prompt_cache_bytes, self.port, self.max_body_bytes)
+        resolve_log_format(self.log_format)  # a SettingError naming FFWD_LOG_FORMAT
 
     @property
     def replica_engine(self) -> EngineConfig:

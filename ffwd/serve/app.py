@@ -3,9 +3,11 @@
 It owns no decoding logic. Each generation route reads and validates its
 body, and its dialect (`ffwd.serve.dialects`: OpenAI Chat Completions,
 Completions and Responses, Anthropic Messages) translates it into a
-`GenerationRequest`, owned by the request's tenant (`middleware.tenant`), and
-makes the writer of its response; `delivery.respond` runs the request on an
-`execute.Executor` and hands the events to that writer. Errors on
+`GenerationRequest` and makes the writer of its response. The request's
+`Context` comes with it: its id (`access.py`), its tenant
+(`middleware.tenant`) and the served model's name, which responses report
+whatever model was asked for (``default`` included). `delivery.respond` runs
+the request on an `execute.Executor` and hands the events to that writer. Errors on
 ``/v1/messages`` have Anthropic's shape, everywhere else OpenAI's. By default
 the executor is a `LocalExecutor` over a `Service` on this process's worker
 thread; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
@@ -46,6 +48,7 @@ from ffwd.serve.openapi import (
 )
 from ffwd.serve.playground import install_playground
 from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.request import Context
 
 _M = TypeVar("_M", bound=BaseModel)
 __all__ = ["Service", "create_app"]
@@ -134,15 +137,22 @@ def _openai_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_bytes
     async def chat(request: Request) -> Response:
         req = await _parse(request, ChatCompletionRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        gen, writer = open_chat(req, tenant(request.headers.raw))
+        gen, writer = open_chat(req, _context(request, executor))
         return await respond(request, executor, metrics, gen, writer)
 
     @app.post("/v1/completions", responses=POST_RESPONSES)
     async def completions(request: Request) -> Response:
         req = await _parse(request, CompletionRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        gen, writer = open_completion(req, tenant(request.headers.raw))
+        gen, writer = open_completion(req, _context(request, executor))
         return await respond(request, executor, metrics, gen, writer)
+
+
+def _context(request: Request, executor: Executor) -> Context:
+    """What the server knows of `request` besides its body: the id the guard gave it, its
+    tenant, and the served model's name (responses report it, whatever was asked)."""
+    return Context(request.state.access.request_id, tenant(request.headers.raw),
+                   executor.model_id)
 
 
 async def _parse(request: Request, model: type[_M], max_bytes: int) -> _M:
@@ -195,7 +205,7 @@ def _responses_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_by
     async def responses(request: Request) -> Response:
         req = await _parse(request, ResponsesRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        gen, writer = open_response(req, store, tenant(request.headers.raw))
+        gen, writer = open_response(req, store, _context(request, executor))
         return await respond(request, executor, metrics, gen, writer)
 
     @app.get("/v1/responses/{response_id}", responses=GET_RESPONSES)
@@ -222,7 +232,7 @@ def _messages_routes(app: FastAPI, executor: Executor, metrics: Metrics, max_byt
     async def messages(request: Request) -> Response:
         req = await _parse(request, MessagesRequest, max_bytes)
         check_model(req.model, executor.model_id)
-        gen, writer = open_message(req, tenant(request.headers.raw))
+        gen, writer = open_message(req, _context(request, executor))
         return await respond(request, executor, metrics, gen, writer)
 
     @app.post("/v1/messages/count_tokens", responses=ANTHROPIC_POST_RESPONSES)

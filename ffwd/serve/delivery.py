@@ -103,6 +103,7 @@ async def respond(request: Request, executor: Executor, metrics: Metrics,
                 metrics.generation_errors.labels(endpoint=metrics.endpoint(request.url.path)).inc()
         elif item.result is not None:  # counted here: cancelled runs have no reader
             metrics.observe_finished(item.result)
+            request.state.access.result = item.result  # for the request's log line
         send(item)
 
     def end() -> None:  # once, after the run's last event

@@ -170,7 +170,8 @@ class LocalExecutor:
 
     async def start(self, req: GenerationRequest, put: Put,
                     end: Callable[[], None]) -> Started:
-        job = LocalJob(await run_in_threadpool(self.service.prepare, req), req.id, put, end)
+        prepared = await run_in_threadpool(self.service.prepare, req)
+        job = LocalJob(prepared, req.context.request_id or req.id, put, end)
         with self._lock:
             if self.depth >= self.max_queue:
                 raise queue_full(f"the server is busy: {self.depth} requests are already "
@@ -194,7 +195,8 @@ class LocalExecutor:
             try:
                 self._run(job)
             except BaseException:  # its client's side failed too: the worker goes on
-                log.exception("request %s: its events could not be delivered", job.request_id)
+                log.exception("request %s: its events could not be delivered", job.request_id,
+                              extra={"fields": {"request_id": job.request_id}})
             finally:
                 self.running = False
                 job.done.set()
@@ -206,7 +208,8 @@ class LocalExecutor:
                 self.service.run(job.prepared, job.put, lambda: job.cancelled)
         except BaseException as exc:
             if not isinstance(exc, APIError):  # a 5xx: always our bug, always in the log
-                log.exception("request %s: the generation failed", job.request_id)
+                log.exception("request %s: the generation failed", job.request_id,
+                              extra={"fields": {"request_id": job.request_id}})
             self.service.reset()  # forget what the failed run left in the cache
             job.put(exc)
         finally:

@@ -1,9 +1,12 @@
-"""The outermost layer of the app: API-key check, request counting, last-resort 500.
+"""The outermost layer of the app: request id and log line, API-key check, request
+counting, last-resort 500.
 
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
-client's disconnect from the handlers). It counts every response by its
-status as sent, unknown paths under one label, and turns an exception that
-escaped every handler into a counted 500. The key comes as ``Authorization:
+client's disconnect from the handlers). It opens every request's `Access`
+(`access.py`: its id, sent back on every response, and its log line, written
+once the response has gone), counts every response by its status as sent,
+unknown paths under one label, and turns an exception that escaped every
+handler into a counted 500. The key comes as ``Authorization:
 Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
 have the shape of the API the path belongs to (`errors.error_body`).
 
@@ -22,6 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
+from ffwd.serve.access import Access
 from ffwd.serve.errors import APIError, error_body, is_anthropic_path, server_error
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.playground import PAGE_PATHS
@@ -49,7 +53,24 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = str(scope.get("path", ""))
+        access = Access.open(scope)
+        scope.setdefault("state", {})["access"] = access  # request.state.access
+        extra = access.headers()
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                access.status = int(message["status"])
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, sending, access)
+        finally:
+            self.metrics.count_request(access.path, access.status or 500)
+            access.write()
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, access: Access) -> None:
+        path = access.path
         if self.key is not None and path not in OPEN_PATHS and not self._authorized(scope):
             how = "'x-api-key: KEY'" if is_anthropic_path(path) else "'Authorization: Bearer KEY'"
             err = APIError(401, f"invalid or missing API key: send {how}",
@@ -57,25 +78,16 @@ class Guard:
                            else "invalid_request_error",
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
             await send_error(send, err, path)
-            self.metrics.count_request(path, 401)
             return
-        status: list[int] = []
-
-        async def counting_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status.append(int(message["status"]))
-            await send(message)
-
         try:
-            await self.app(scope, receive, counting_send)
+            await self.app(scope, receive, send)
         except Exception as exc:
-            log.exception("unhandled error on %s", path)
-            if status:  # the response had begun (a stream): nothing more can be sent
+            log.exception("request %s: unhandled error on %s", access.request_id, path,
+                          extra={"fields": {"request_id": access.request_id}})
+            if access.status:  # the response had begun (a stream): nothing more can be sent
                 self.metrics.stream_errors.labels(endpoint=self.metrics.endpoint(path)).inc()
                 return
             await send_error(send, server_error(f"internal error: {type(exc).__name__}"), path)
-            status.append(500)
-        self.metrics.count_request(path, status[0] if status else 500)
 
     def _authorized(self, scope: Scope) -> bool:
         assert self.key is not None

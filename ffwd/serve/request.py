@@ -18,6 +18,18 @@ from ffwd.engine.sampling import SamplingParams
 
 
 @dataclass(frozen=True)
+class Context:
+    """What the server knows of a request besides its body: its id (the ``x-request-id``
+    it is answered and logged under, `ffwd.serve.access`), its tenant (whose earlier
+    outputs and stored responses it may see, `ffwd.serve.middleware.tenant`), and the
+    served model's name (what a response reports as its ``model``)."""
+
+    request_id: str = ""
+    tenant: str = ""
+    model: str = "default"
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """What to generate (see the module docstring).
 
@@ -26,8 +38,8 @@ class GenerationRequest:
     `tool_choice` is ``auto``, ``none``, ``required`` or
     ``{"type": "function", "function": {"name": ...}}``; `parallel_tool_calls`
     says whether more than one call may be made (each dialect decides it by its
-    API's rules). `response_format` is
-    OpenAI's (``json_object`` or ``json_schema``). `fill` holds the request's
+    API's rules). `response_format` is OpenAI's (``json_object`` or
+    ``json_schema``). `fill` holds the request's
     own ``ffwd`` settings, checked by `ffwd.config.FillConfig.for_request`.
     `logprobs` is the number of alternatives per token (0: the token's own
     only; None: no log-probabilities).
@@ -48,7 +60,7 @@ class GenerationRequest:
     logprobs: int | None = None
     stream: bool = False
     params: Mapping[str, str] = field(default_factory=dict)
-    tenant: str = ""  # whose earlier outputs this request may copy from (its API key's)
+    context: Context = field(default_factory=Context)
 
     def param(self, name: str) -> str:
         """The dialect's own name for a field (``messages`` -> ``input``, ...)."""

@@ -129,9 +129,9 @@ class ModelService:
             plan=compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids),
             calls=calls, grammar=self._grammar(req, shown if fill.grammar else [], choice),
             logprobs=req.logprobs,
-            copies=(self.recall.source(req.tenant),) if fill.recall else (),
+            copies=(self.recall.source(req.context.tenant),) if fill.recall else (),
         )
-        return Ready(prepared, req.tenant)
+        return Ready(prepared, req.context.tenant)
 
     def count_tokens(self, req: GenerationRequest) -> int:
         return len(self._encode(req, self._shown_tools(req)))

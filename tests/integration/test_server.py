@@ -65,7 +65,8 @@ def test_plain_chat_and_usage(server: Server) -> None:
         u.completion_tokens)
 
 
-def test_streaming_chat_matches_the_plain_answer(server: Server) -> None:
+def test_streaming_chat_matches_the_plain_answer(exact_server: Server) -> None:
+    server = exact_server  # --deterministic: the same ids however they are computed
     c = client(server)
     msgs = [{"role": "user", "content": "Count from one to five in words."}]
     whole = c.chat.completions.create(model="default", messages=msgs, max_tokens=30,
@@ -142,7 +143,8 @@ def test_a_named_tool_choice_is_one_call_of_that_function(server: Server) -> Non
     assert [i.name for i in added if i.type == "function_call"] == ["get_time"]
 
 
-def test_streamed_tool_calls_equal_the_whole_ones(server: Server) -> None:
+def test_streamed_tool_calls_equal_the_whole_ones(exact_server: Server) -> None:
+    server = exact_server  # --deterministic: the same ids however they are computed
     c = client(server)
     kw: dict[str, Any] = dict(model="default", messages=ASK, tools=[WEATHER, TIME],
                               tool_choice="required", max_tokens=100, temperature=0.7, seed=6)
@@ -237,6 +239,23 @@ def test_client_errors_keep_the_server_serving(
     ok = httpx.post(server.url + "/v1/chat/completions",
                     json={"model": "default", "messages": ASK, "max_tokens": 3}, timeout=120)
     assert ok.status_code == 200
+
+
+def test_the_log_has_a_line_per_request_under_its_id(server: Server) -> None:
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=120,
+                   headers={"x-request-id": "it-log-1"},
+                   json={"model": "default", "messages": ASK, "max_tokens": 3})
+    assert r.status_code == 200 and r.headers["x-request-id"] == "it-log-1"
+    assert r.json()["model"] != "default"  # the served model's name
+    assert server.log is not None
+    for _ in range(100):  # the line is written once the response has gone
+        lines = [ln for ln in server.log.read_text().splitlines() if "request_id=it-log-1" in ln]
+        if lines:
+            break
+        time.sleep(0.05)
+    (line,) = lines
+    assert "method=POST path=/v1/chat/completions status=200" in line
+    assert "completion_tokens=3" in line and "fill_share=" in line
 
 
 def test_malformed_json_is_400(server: Server) -> None:
@@ -366,8 +385,9 @@ def _greedy(server: Server, path: str, body: dict[str, Any]) -> tuple[int, list[
     return r["usage"]["prompt_tokens_details"]["cached_tokens"], tokens, text
 
 
-def test_greedy_output_does_not_depend_on_the_prompt_cache(server: Server) -> None:
-    # The server fixture is the default configuration (fill echo, the default engine).
+def test_greedy_output_does_not_depend_on_the_prompt_cache(exact_server: Server) -> None:
+    server = exact_server  # --deterministic: the same ids however they are computed
+    # The default configuration (fill echo, the default engine) under --deterministic.
     sea = {"messages": [{"role": "user", "content": "Write one sentence about the sea, Ysolde."}],
            "logprobs": True}
     tree = {"messages": [{"role": "user", "content": "Write one poem about a tree, Ysolde."}],

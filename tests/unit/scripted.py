@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ffwd.engine.events import Alternative, FinishReason, GenerationResult, TokenEvent
+from ffwd.engine.events import (
+    Alternative,
+    FinishReason,
+    GenerationResult,
+    TokenEvent,
+    TokenOrigin,
+)
 from ffwd.fill import FillStats
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolCallDelta
@@ -34,10 +40,13 @@ def call(index: int, name: str | None = None, arguments: str = "") -> TokenEvent
 
 def result(content: str = "", calls: tuple[ToolCall, ...] = (), finish: FinishReason = "stop",
            prompt: int = 10, completion: int = 2, cached: int = 0, forward_calls: int = 0,
-           tail: tuple[Delta, ...] = (), stop_sequence: str | None = None) -> TokenEvent:
-    """The last event of a run: what was held back until the end (`tail`), the result."""
+           tail: tuple[Delta, ...] = (), stop_sequence: str | None = None,
+           injected: int = 0) -> TokenEvent:
+    """The last event of a run: what was held back until the end (`tail`), the result
+    (its first `injected` ids fast-forwarded from the template)."""
+    origins: list[TokenOrigin] = ["template"] * injected + ["sampled"] * (completion - injected)
     res = GenerationResult(
-        text=content, token_ids=[0] * completion, origins=["sampled"] * completion,
+        text=content, token_ids=[0] * completion, origins=origins,
         finish_reason=finish, stats=FillStats(), forward_calls=forward_calls,
         prompt_tokens=prompt, cached_tokens=cached, seconds=0.0, prefill_seconds=0.0,
         content=content, calls=list(calls), stop_sequence=stop_sequence,

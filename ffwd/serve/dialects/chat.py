@@ -17,19 +17,20 @@ from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chunks import ChunkWriter, common_fields, token_logprob
 from ffwd.serve.dialects.common import new_id, openai_parallel
 from ffwd.serve.protocol import ChatCompletionRequest
-from ffwd.serve.request import GenerationRequest
+from ffwd.serve.request import Context, GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCallDelta
 
 
 def open_chat(req: ChatCompletionRequest,
-              tenant: str = "") -> tuple[GenerationRequest, ChatWriter]:
+              context: Context | None = None) -> tuple[GenerationRequest, ChatWriter]:
     """The generation a validated body asks for, and the writer of its response."""
-    gen = chat_request(req, tenant)
+    gen = chat_request(req, context)
     tokens = bool(req.ffwd and req.ffwd.tokens)
-    return gen, ChatWriter(gen, req.model, tokens=tokens, include_usage=req.include_usage)
+    return gen, ChatWriter(gen, tokens=tokens, include_usage=req.include_usage)
 
 
-def chat_request(req: ChatCompletionRequest, tenant: str = "") -> GenerationRequest:
+def chat_request(req: ChatCompletionRequest,
+                 context: Context | None = None) -> GenerationRequest:
     """`req` as the one request (a 400 for what the server refuses, `check`)."""
     req.check()
     limit = "max_completion_tokens" if req.max_completion_tokens else "max_tokens"
@@ -38,7 +39,7 @@ def chat_request(req: ChatCompletionRequest, tenant: str = "") -> GenerationRequ
         new_id("chatcmpl-"), "chat", messages=[m.as_template_message() for m in req.messages],
         tools=list(req.tools or []), tool_choice=choice,
         parallel_tool_calls=openai_parallel(choice, req.parallel_tool_calls),
-        params={"max_tokens": limit}, tenant=tenant, **common_fields(req),
+        params={"max_tokens": limit}, context=context or Context(), **common_fields(req),
     )
 
 
@@ -53,9 +54,9 @@ class ChatWriter(ChunkWriter):
     chunk_object = "chat.completion.chunk"
     whole_object = "chat.completion"
 
-    def __init__(self, gen: GenerationRequest, model: str, *, tokens: bool = False,
+    def __init__(self, gen: GenerationRequest, *, tokens: bool = False,
                  include_usage: bool = False) -> None:
-        super().__init__(gen, model, tokens=tokens, include_usage=include_usage)
+        super().__init__(gen, tokens=tokens, include_usage=include_usage)
         self.call_ids: dict[int, str] = {}
 
     def opening(self) -> list[str]:

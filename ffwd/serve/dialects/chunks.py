@@ -56,10 +56,10 @@ class ChunkWriter:
     chunk_object = ""  # the `object` of a stream chunk
     whole_object = ""  # the `object` of a whole response
 
-    def __init__(self, gen: GenerationRequest, model: str, *, tokens: bool = False,
+    def __init__(self, gen: GenerationRequest, *, tokens: bool = False,
                  include_usage: bool = False) -> None:
         self.id = gen.id
-        self.model = model
+        self.model = gen.context.model
         self.logprobs = gen.logprobs is not None
         self.tokens = tokens  # ``"ffwd": {"tokens": true}``
         self.include_usage = include_usage

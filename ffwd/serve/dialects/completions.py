@@ -15,17 +15,17 @@ from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chunks import ChunkWriter, common_fields, finite
 from ffwd.serve.dialects.common import new_id
 from ffwd.serve.protocol import CompletionRequest
-from ffwd.serve.request import GenerationRequest
+from ffwd.serve.request import Context, GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta
 
 
 def open_completion(req: CompletionRequest,
-                    tenant: str = "") -> tuple[GenerationRequest, CompletionWriter]:
+                    context: Context | None = None) -> tuple[GenerationRequest, CompletionWriter]:
     """The generation a validated body asks for, and the writer of its response."""
     req.check()
-    gen = GenerationRequest(new_id("cmpl-"), "text", prompt=req.prompt_text, tenant=tenant,
-                            **common_fields(req))
-    writer = CompletionWriter(gen, req.model, echo=req.prompt_text if req.echo else "",
+    gen = GenerationRequest(new_id("cmpl-"), "text", prompt=req.prompt_text,
+                            context=context or Context(), **common_fields(req))
+    writer = CompletionWriter(gen, echo=req.prompt_text if req.echo else "",
                               tokens=bool(req.ffwd and req.ffwd.tokens),
                               include_usage=req.include_usage)
     return gen, writer
@@ -36,9 +36,9 @@ class CompletionWriter(ChunkWriter):
 
     chunk_object = whole_object = "text_completion"
 
-    def __init__(self, gen: GenerationRequest, model: str, *, echo: str = "",
-                 tokens: bool = False, include_usage: bool = False) -> None:
-        super().__init__(gen, model, tokens=tokens, include_usage=include_usage)
+    def __init__(self, gen: GenerationRequest, *, echo: str = "", tokens: bool = False,
+                 include_usage: bool = False) -> None:
+        super().__init__(gen, tokens=tokens, include_usage=include_usage)
         self.echo = echo  # the prompt, sent before the completion (``echo``)
         self._offset = len(echo)  # text_offset of the next token
 

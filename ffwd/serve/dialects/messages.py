@@ -40,7 +40,7 @@ from ffwd.serve.dialects.messages_models import (
 )
 from ffwd.serve.dialects.segments import Segment, Segmenter, Step
 from ffwd.serve.errors import APIError, anthropic_body
-from ffwd.serve.request import GenerationRequest
+from ffwd.serve.request import Context, GenerationRequest
 
 PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences",
           "response_format": "output_config.format"}
@@ -49,13 +49,13 @@ STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_t
 
 
 def open_message(req: MessagesRequest,
-                 tenant: str = "") -> tuple[GenerationRequest, MessagesWriter]:
+                 context: Context | None = None) -> tuple[GenerationRequest, MessagesWriter]:
     """The generation a validated request asks for and the writer of its response."""
-    gen, warnings = messages_request(req, new_id("msg_"), tenant)
-    return gen, MessagesWriter(gen, req.model, warnings)
+    gen, warnings = messages_request(req, new_id("msg_"), context)
+    return gen, MessagesWriter(gen, warnings)
 
 
-def messages_request(req: CountTokensRequest, reply_id: str, tenant: str = ""
+def messages_request(req: CountTokensRequest, reply_id: str, context: Context | None = None
                      ) -> tuple[GenerationRequest, list[str]]:
     """The generation `req` asks for, and the warnings for its reply."""
     warnings: list[str] = []
@@ -74,7 +74,7 @@ def messages_request(req: CountTokensRequest, reply_id: str, tenant: str = ""
                  if req.output_config else None}
     gen = GenerationRequest(reply_id, "chat", messages=messages, tools=tools,
                             tool_choice=choice, parallel_tool_calls=parallel, sampling=sampling,
-                            params=PARAMS, tenant=tenant, **extra)
+                            params=PARAMS, context=context or Context(), **extra)
     return gen, warnings
 
 
@@ -139,10 +139,9 @@ def tool_choice(req: CountTokensRequest, tools: list[dict[str, Any]]
 class MessagesWriter:
     """One reply's state: its content blocks so far and the ids of its tool_use blocks."""
 
-    def __init__(self, gen: GenerationRequest, model: str,
-                 warnings: list[str] | None = None) -> None:
+    def __init__(self, gen: GenerationRequest, warnings: list[str] | None = None) -> None:
         self.id = gen.id
-        self.model = model
+        self.model = gen.context.model
         self.warnings = warnings or []
         self.segments = Segmenter()
         self.tool_ids: dict[int, str] = {}

@@ -48,7 +48,7 @@ from ffwd.serve.dialects.responses_models import (
 from ffwd.serve.dialects.segments import Segment, Segmenter, Step
 from ffwd.serve.dialects.store import ResponseStore
 from ffwd.serve.errors import APIError, bad_request
-from ffwd.serve.request import GenerationRequest
+from ffwd.serve.request import Context, GenerationRequest
 
 # How this API spells the fields a prepared request may be refused for.
 PARAMS = {"messages": "input", "prompt": "input", "max_tokens": "max_output_tokens",
@@ -65,15 +65,16 @@ class Translated:
 
 
 def open_response(req: ResponsesRequest, store: ResponseStore,
-                  tenant: str = "") -> tuple[GenerationRequest, ResponsesWriter]:
+                  context: Context | None = None) -> tuple[GenerationRequest, ResponsesWriter]:
     """The generation a validated request asks for and the writer of its response."""
-    history = history_of(store, tenant, req.previous_response_id)
-    t = responses_request(req, new_id("resp_"), history, tenant)
+    context = context or Context()
+    history = history_of(store, context.tenant, req.previous_response_id)
+    t = responses_request(req, new_id("resp_"), history, context)
     return t.gen, ResponsesWriter(req, t, store)
 
 
 def responses_request(req: ResponsesRequest, reply_id: str, history: list[dict[str, Any]],
-                      tenant: str = "") -> Translated:
+                      context: Context | None = None) -> Translated:
     """The generation `req` asks for after `history` (see the module docstring)."""
     if req.background:
         raise refused("background", "background responses are not supported: send the "
@@ -98,7 +99,7 @@ def responses_request(req: ResponsesRequest, reply_id: str, history: list[dict[s
         response_format=fmt.response_format() if fmt else None,
         fill=req.ffwd.fill_overrides() if req.ffwd else None,
         logprobs=(req.top_logprobs or 0) if req.wants_logprobs else None,
-        stream=req.stream, params=PARAMS, tenant=tenant,
+        stream=req.stream, params=PARAMS, context=context or Context(),
     )
     return Translated(gen, conversation, warnings)
 
@@ -242,7 +243,8 @@ class ResponsesWriter:
             "status": status, "background": False, "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete"
             else None, "instructions": req.instructions,
-            "max_output_tokens": req.max_output_tokens, "model": req.model, "output": output,
+            "max_output_tokens": req.max_output_tokens, "model": self.gen.context.model,
+            "output": output,
             "output_text": "".join(s.text for s in self.segments.segments if s.kind == "text")
             if res is not None else "", "parallel_tool_calls": req.parallel_tool_calls,
             "previous_response_id": req.previous_response_id,
@@ -265,7 +267,7 @@ class ResponsesWriter:
     def _finish(self, res: GenerationResult) -> dict[str, Any]:
         body = self.body("incomplete" if res.finish_reason == "length" else "completed", res)
         if self.store is not None and self.req.store:
-            self.store.put(self.gen.tenant, self.id, body,
+            self.store.put(self.gen.context.tenant, self.id, body,
                            [*self.conversation, self._as_message()])
         return body
 
