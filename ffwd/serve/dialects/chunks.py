@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
@@ -48,7 +49,7 @@ def common_fields(req: ChatCompletionRequest | CompletionRequest) -> dict[str, A
     }
 
 
-class ChunkWriter:
+class ChunkWriter(ABC):
     """One response of either API (see the module docstring). A subclass names its
     objects and writes its choices: `opening`, `delta_chunk`, `stream_choice`,
     `whole_choice` and `choice_logprobs`."""
@@ -67,22 +68,26 @@ class ChunkWriter:
         self.pending: list[TokenEvent] = []  # tokens not sent yet (logprobs, token view)
 
     # --- the subclass's part --------------------------------------------------------
+    @abstractmethod
     def opening(self) -> list[str]:
         """The SSE events before the first token."""
-        return []
 
+    @abstractmethod
     def delta_chunk(self, d: Delta) -> str:
-        raise NotImplementedError
+        """The chunk of one delta of a token's text."""
 
+    @abstractmethod
     def stream_choice(self, part: Any, lp: dict[str, Any] | None,
                       finish: str | None) -> dict[str, Any]:
-        raise NotImplementedError
+        """A chunk's choice made of `part` (None: the finish chunk's)."""
 
+    @abstractmethod
     def whole_choice(self, res: GenerationResult, lp: dict[str, Any] | None) -> dict[str, Any]:
-        raise NotImplementedError
+        """A whole response's choice."""
 
+    @abstractmethod
     def choice_logprobs(self, items: list[TokenEvent]) -> dict[str, Any] | None:
-        raise NotImplementedError
+        """The log-probabilities of `items` as a choice carries them (None: not asked)."""
 
     # --- whole responses ------------------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
