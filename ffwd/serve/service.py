@@ -104,7 +104,8 @@ class ModelService:
         grammar = self.grammars is not None
         return {"context_window": self.context_window, "tool_format": self.format_name,
                 "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar,
-                "deterministic": loaded_promise(self.backend)[0]}
+                "deterministic": loaded_promise(self.backend)[0],
+                "max_tokens_limit": self.limits.limit}
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare(self, req: GenerationRequest) -> Ready:
