@@ -78,9 +78,13 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp context in ids, 0 = the model's up to 8192 (FFWD_CONTEXT; "
                    "default: 0)")
     p.add_argument("--kv-cache", default=None, choices=KV_CACHES,
-                   help="llama.cpp's KV cache type; auto (q8_0, or bf16 where the heads' "
-                   "sizes do not fit q8_0) makes greedy output independent of fill and of the "
-                   "prompt cache, f16 does not (FFWD_KV_CACHE; default: auto)")
+                   help="llama.cpp's KV cache type; auto is f16, as llama.cpp's server has "
+                   "it, or with --deterministic q8_0 (bf16 where the heads' sizes do not fit "
+                   "q8_0) (FFWD_KV_CACHE; default: auto)")
+    p.add_argument("--deterministic", action="store_const", const=True, default=None,
+                   help="bit-identical greedy output however forwards are cut: fill on or off, "
+                   "a cold or warm prompt cache, streamed or whole (a q8_0 KV cache, float32, "
+                   "the CPU; slower prefill) (FFWD_DETERMINISTIC; default: off)")
     p.add_argument("--n-gpu-layers", default=None,
                    help="llama.cpp: layers offloaded to the GPU, auto|all|N (FFWD_N_GPU_LAYERS; "
                    "default: auto = all where the build can offload, else none)")
@@ -158,7 +162,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
         "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
-        "n_gpu_layers": args.n_gpu_layers,
+        "n_gpu_layers": args.n_gpu_layers, "deterministic": args.deterministic,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
     parser.add_argument("--n-gpu-layers", default=None,
                         help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
+    parser.add_argument("--deterministic", action="store_const", const=True, default=None,
+                        help="bit-identical greedy output however forwards are cut "
+                        "(FFWD_DETERMINISTIC)")
     parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
     parser.add_argument("--tool-format", default=None,
                         help="template choice as in `ffwd serve` (default: detected)")
@@ -55,6 +58,7 @@ def main(args: argparse.Namespace) -> int:
         engine = resolve_engine_config(overrides={
             "backend": args.backend, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
+            "deterministic": args.deterministic,
         })
         fill = resolve_fill_config(
             overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}

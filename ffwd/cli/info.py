@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
     p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
     p.add_argument("--kv-cache", default=None, help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
+    p.add_argument("--deterministic", action="store_const", const=True, default=None,
+                   help="the exact path: bit-identical greedy output (FFWD_DETERMINISTIC)")
     p.add_argument("--n-gpu-layers", default=None,
                    help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
     p.add_argument("--tool-format", default=None,
@@ -50,12 +52,13 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
 
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
-        "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers})
+        "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
+        "deterministic": args.deterministic})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
     device = pick_device(engine.device)
     backend = engine_for(ref, engine.backend, device)
-    dtype = _dtype(backend, engine, device)
+    dtype = _dtype(backend, engine, device, ref)
     tokenizer = load_tokenizer(ref)
     template, tool_format = resolve_template(tokenizer, args.tool_format)
     promised, promise = greedy_promise(backend, device, dtype, _thread_count(engine.threads))
@@ -64,7 +67,8 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
 
         load_backend(ref, backend=backend, dtype=engine.dtype, device=device,
                      threads=engine.threads, context=engine.context, kv_cache=engine.kv_cache,
-                     n_gpu_layers=engine.n_gpu_layers, tokenizer=tokenizer, measure_cost=True)
+                     n_gpu_layers=engine.n_gpu_layers, deterministic=engine.deterministic,
+                     tokenizer=tokenizer, measure_cost=True)
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -112,7 +116,7 @@ def _native(ref: Any, engine: Any) -> dict[str, Any]:
     }
     try:
         load = check_engine(ref, threads=engine.threads, kv_cache=engine.kv_cache,
-                            n_gpu_layers=engine.n_gpu_layers)
+                            n_gpu_layers=engine.n_gpu_layers, deterministic=engine.deterministic)
         out["engine_check"] = "ok: a first forward ran"
         out["layout"] = load.describe()
     except EngineFailure as exc:
@@ -120,18 +124,20 @@ def _native(ref: Any, engine: Any) -> dict[str, Any]:
     return out
 
 
-def _dtype(backend: str, engine: Any, device: str) -> str:
+def _dtype(backend: str, engine: Any, device: str, ref: Any) -> str:
     """The name the backend gives its weights' type (llama.cpp: the file's and its cache's)."""
     from ffwd.models import torch_dtype
 
     if backend == "llamacpp":
-        return f"gguf-kv-{engine.kv_cache}"
+        from ffwd.engine.llamacpp import kv_type_of
+
+        return f"gguf-kv-{kv_type_of(ref.path, engine.kv_cache, engine.deterministic)}"
     return str(torch_dtype(engine.dtype, device)).removeprefix("torch.")
 
 
 def _dtype_text(backend: str, engine: Any, dtype: str) -> str:
     if backend == "llamacpp":
-        return f"the GGUF file's own, KV cache {engine.kv_cache}"
+        return f"the GGUF file's own, KV cache {dtype.removeprefix('gguf-kv-')}"
     return f"{dtype} ({engine.dtype})" if engine.dtype == "auto" else dtype
 
 

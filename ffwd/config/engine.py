@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settings
@@ -19,13 +19,17 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_KV_CACHE       llama.cpp's cache: auto|q8_0|f16|bf16              auto
 #     FFWD_N_GPU_LAYERS   llama.cpp: layers on the GPU, auto|all|N           auto
 #                         (auto: all where the build can offload, else none)
+#     FFWD_DETERMINISTIC  1 = greedy output bit-identical however forwards   0
+#                         are cut: fill on/off, cold/warm cache, stream/whole
 #
 # The KV cache's type decides which attention kernel llama.cpp runs: with an f16
-# cache a one-id forward splits its attention over the threads (past 256 ids) and
-# a batch of 64 or more takes a tiled kernel, so both round differently from the
-# rest; with q8_0 (or bf16) every forward takes the same per-row kernel, and greedy
-# output no longer depends on fill or on the prompt cache (ffwd.bench.agreement).
-# auto: q8_0 where the model's head sizes fit its 32-value blocks, else bf16.
+# cache (auto's default, llama.cpp's own) a one-id forward splits its attention over
+# the threads (past 256 ids) and a batch of 64 or more takes a tiled kernel, so both
+# round differently from the rest, and greedy output can flip at near-ties with
+# fill and the prompt cache. FFWD_DETERMINISTIC makes auto q8_0 (bf16 where the
+# heads do not fit its blocks), which keeps every forward on the per-row kernel
+# (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
+# llama.cpp on the CPU: it costs prefill time (README's performance section).
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -86,6 +90,7 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
     "kv_cache": ("FFWD_KV_CACHE", choice("FFWD_KV_CACHE", KV_CACHES)),
     "n_gpu_layers": ("FFWD_N_GPU_LAYERS", resolve_gpu_layers),
+    "deterministic": ("FFWD_DETERMINISTIC", flag("FFWD_DETERMINISTIC")),
 }
 
 
@@ -102,6 +107,7 @@ class EngineConfig:
     llamacpp_log: bool = False
     kv_cache: KvCache = "auto"
     n_gpu_layers: str | int = "auto"
+    deterministic: bool = False
 
 
 def resolve_engine_config(
@@ -109,4 +115,23 @@ def resolve_engine_config(
 ) -> EngineConfig:
     """Engine settings from the environment (or `env`), then non-None `overrides` on top."""
     env = os.environ if env is None else env
-    return EngineConfig(**parse_settings("engine", _ENGINE_SETTINGS, env, overrides))
+    engine = EngineConfig(**parse_settings("engine", _ENGINE_SETTINGS, env, overrides))
+    return exact(engine) if engine.deterministic else engine
+
+
+def exact(engine: EngineConfig) -> EngineConfig:
+    """`engine` under FFWD_DETERMINISTIC: float32 where the dtype was auto, no GPU layers;
+    a setting that cannot be exact is an error naming it."""
+    why = "FFWD_DETERMINISTIC needs"
+    if engine.kv_cache == "f16":
+        raise SettingError("FFWD_KV_CACHE", "f16", "auto, q8_0 or bf16",
+                           f"{why} a q8_0 or bf16 KV cache (auto), not f16: an f16 cache "
+                           "rounds batched and one-id forwards apart")
+    if engine.dtype in ("bfloat16", "float16"):
+        raise SettingError("FFWD_DTYPE", engine.dtype, "auto or float32",
+                           f"{why} float32 weights (auto), not {engine.dtype}")
+    if engine.device.startswith("cuda") or engine.n_gpu_layers not in ("auto", 0):
+        raise SettingError("FFWD_DEVICE", engine.device, "cpu",
+                           f"{why} the CPU: GPU kernels are chosen by batch shape (FFWD_DEVICE="
+                           f"{engine.device}, FFWD_N_GPU_LAYERS={engine.n_gpu_layers})")
+    return replace(engine, dtype="float32", device="cpu", n_gpu_layers=0)

@@ -21,20 +21,19 @@ What the cache can do:
   `save_state`/`load_state` (the prompt cache) use the same copy on every
   model.
 
-Fidelity: ggml's CPU flash attention has three kernels. With an f16 cache, a
-one-id forward over 512 cells or more (257 ids on) splits the KV range over
-the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel;
-both round differently from the per-row kernel every other forward takes (by
-up to ~1.5 logits on the embedded model), so greedy output could change with
-fill and with the prompt cache's state, on any number of threads. A q8_0 (or
-bf16) cache rules both out: every forward takes the per-row kernel, and on the
-embedded Q4_1 model one-id, batched, cold and warm forwards agree exactly at
-every length tried (`ffwd.bench.agreement`). ``auto`` (``FFWD_KV_CACHE``) takes
-q8_0 where the heads' sizes fit its 32-value blocks, else bf16: q8_0 halves the
-cache, keeps a one-id step as fast, and costs ~15% on 16-id forwards and, with
-no tiled kernel, 1.3x (500 ids) to 2.5x (4000 ids) on cold prefills.
-Weights whose batched matmuls round differently from one-id ones (other
-quantizations) can still differ; `ffwd.bench.agreement` measures any model.
+Fidelity: ggml's CPU flash attention has three kernels. With an f16 cache (the
+default, as llama.cpp's own server has it), a one-id forward over 512 cells or
+more splits the KV range over the threads, and a micro-batch of 64 ids or more
+takes a tiled f32 kernel; both round differently from the per-row kernel other
+forwards take, so greedy output can change with fill and with the prompt
+cache's state, at near-ties (`ffwd.bench.agreement` counts how often). With
+``deterministic`` (``--deterministic``) the ``auto`` cache is q8_0 where the
+heads' sizes fit its 32-value blocks, else bf16: every forward takes the
+per-row kernel, and on the embedded Q4_1 model one-id, batched, cold and warm
+forwards agree exactly at every length tried, on any number of threads; it
+costs ~15% on 16-id forwards and, with no tiled kernel, 1.3x (500 ids) to 2.5x
+(4000 ids) on cold prefills. Weights whose batched matmuls round differently
+from one-id ones (other quantizations) can still differ.
 
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
@@ -81,22 +80,50 @@ class _Snapshot:
     last_logits: torch.Tensor | None
 
 
-def kv_type(lib: Any, model: Any, kv_cache: str) -> str:
-    """The KV cache type `kv_cache` asks for; ``auto`` is q8_0 where the model's key and
-    value heads fit its blocks, else bf16 (both keep every forward on one kernel)."""
+def kv_type(lib: Any, model: Any, kv_cache: str, deterministic: bool = False) -> str:
+    """The KV cache type `kv_cache` asks for. ``auto`` is f16, or where the output must not
+    depend on how forwards are cut (`deterministic`) q8_0 where the model's key and value
+    heads fit its blocks, else bf16 (both keep every forward on one kernel)."""
     if kv_cache != "auto":
         return kv_cache
+    if not deterministic:
+        return "f16"
     heads = [_head_size(lib, model, key) for key in ("key_length", "value_length")]
     return "q8_0" if all(h % Q8_BLOCK == 0 for h in heads) else "bf16"
 
 
+def kv_type_of(path: str | os.PathLike[str], kv_cache: str, deterministic: bool) -> str:
+    """`kv_type` for the GGUF file at `path`, read from its metadata (no weights loaded)."""
+    if kv_cache != "auto" or not deterministic:
+        return kv_type(None, None, kv_cache, deterministic)
+    lib = init_llama()
+    params = lib.llama_model_default_params()
+    params.vocab_only = True
+    model = lib.llama_model_load_from_file(os.fspath(path).encode(), params)
+    if not model:
+        raise ValueError(f"{path}: llama.cpp cannot read this file as a GGUF model")
+    try:
+        return kv_type(lib, model, kv_cache, deterministic)
+    finally:
+        lib.llama_model_free(model)
+
+
 def _head_size(lib: Any, model: Any, key: str) -> int:
-    arch, value = ctypes.create_string_buffer(64), ctypes.create_string_buffer(64)
-    if lib.llama_model_meta_val_str(model, b"general.architecture", arch, 64) > 0:
-        name = arch.value + b".attention." + key.encode()
-        if lib.llama_model_meta_val_str(model, name, value, 64) > 0:
-            return int(value.value)
-    return int(lib.llama_model_n_embd(model)) // max(1, int(lib.llama_model_n_head(model)))
+    """A head's size from the file's metadata (loaded even without the weights)."""
+    arch = _meta(lib, model, "general.architecture")
+    size = _meta(lib, model, f"{arch}.attention.{key}")
+    try:
+        return int(size) if size else int(_meta(lib, model, f"{arch}.embedding_length")) // max(
+            1, int(_meta(lib, model, f"{arch}.attention.head_count") or 1))
+    except ValueError:  # per-layer head counts: ask the loaded model
+        return int(lib.llama_model_n_embd(model)) // max(1, int(lib.llama_model_n_head(model)))
+
+
+def _meta(lib: Any, model: Any, key: str) -> str:
+    value = ctypes.create_string_buffer(128)
+    if lib.llama_model_meta_val_str(model, key.encode(), value, 128) > 0:
+        return value.value.decode()
+    return ""
 
 
 def _new_context(
@@ -109,7 +136,7 @@ def _new_context(
     params.n_threads = params.n_threads_batch = threads
     params.swa_full = True  # see the module docstring
     # The cache's type picks the attention kernel (see the module docstring); flash
-    # attention stays on auto, which a quantized V cache turns on.
+    # attention stays on auto, as llama.cpp's server has it.
     params.type_k = params.type_v = KV_TYPES[kv_cache]
     params.no_perf = True
     ctx = lib.llama_init_from_model(model, params)
@@ -145,18 +172,23 @@ class LlamaCppBackend(CacheBookkeeping):
         log: bool = False,
         kv_cache: str = "auto",
         n_gpu_layers: str | int = "auto",
+        deterministic: bool = False,
     ) -> None:
         if n_batch < 1 or n_ctx < 0 or threads < 0 or kv_cache not in (*KV_TYPES, "auto"):
             raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}, "
                              f"kv_cache={kv_cache!r}: out of range")
-        self.kv_cache = kv_cache  # the setting (the cost curve's cache key names it)
+        if deterministic and (kv_cache == "f16" or n_gpu_layers not in ("auto", 0)):
+            raise ValueError("deterministic: llama.cpp is exact on the CPU with a q8_0 or bf16 "
+                             f"KV cache, not kv_cache={kv_cache!r}, n_gpu_layers={n_gpu_layers}")
+        self.deterministic = deterministic
+        n_gpu_layers = 0 if deterministic else n_gpu_layers
         self.path = os.fspath(path)
         lib = self._lib = init_llama(log)
         line = system_info()
         self.n_gpu_layers = gpu_layers(n_gpu_layers, offload=gpu_offload(), line=line)
         with capture() as lines:  # llama.cpp says where the weights and the cache went
             model = load_model(lib, self.path, self.n_gpu_layers, line)
-            self._read_model(lib, model, n_ctx, threads, kv_cache)
+            self._read_model(lib, model, n_ctx, threads, kv_cache, deterministic)
             self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
         self.load = LoadReport.parse(lines)
         self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
@@ -173,7 +205,8 @@ class LlamaCppBackend(CacheBookkeeping):
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
 
-    def _read_model(self, lib: Any, model: Any, n_ctx: int, threads: int, kv_cache: str) -> None:
+    def _read_model(self, lib: Any, model: Any, n_ctx: int, threads: int, kv_cache: str,
+                    deterministic: bool) -> None:
         self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
         self._vocab = int(lib.llama_vocab_n_tokens(vocab))
         self._eos = frozenset(i for i in range(self._vocab) if lib.llama_vocab_is_eog(vocab, i))
@@ -182,7 +215,7 @@ class LlamaCppBackend(CacheBookkeeping):
         self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
         self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
         self.threads = threads or torch.get_num_threads()
-        self.kv_type = kv_type(lib, model, kv_cache)
+        self.kv_type = kv_type(lib, model, kv_cache, deterministic)
 
     def close(self) -> None:
         """Free the context and the model now (the backend is unusable afterwards)."""
@@ -196,8 +229,8 @@ class LlamaCppBackend(CacheBookkeeping):
     # --- facts ----------------------------------------------------------
     @property
     def dtype_name(self) -> str:
-        """The weights' types are the file's own; the KV cache's is the setting's."""
-        return f"gguf-kv-{self.kv_cache}"
+        """The weights' types are the file's own; the KV cache's is the one in use."""
+        return f"gguf-kv-{self.kv_type}"
 
     @property
     def context_window(self) -> int:

@@ -24,11 +24,12 @@ PROBE_IDS = 24  # a prompt long enough for every batched kernel's tiling
 
 
 def first_forward(path: str, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
-                  timeout: float = 900.0) -> LoadReport | str:
+                  deterministic: bool = False, timeout: float = 900.0) -> LoadReport | str:
     """Where the model went when a first forward of `path` runs here, else what failed
     (one line)."""
     cmd = [sys.executable, "-X", "faulthandler", "-m", "ffwd.engine.probe", path,
-           "--threads", str(threads), "--kv-cache", kv_cache, "--n-gpu-layers", str(n_gpu_layers)]
+           "--threads", str(threads), "--kv-cache", kv_cache, "--n-gpu-layers", str(n_gpu_layers),
+           *(["--deterministic"] if deterministic else [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -58,7 +59,8 @@ def _run(args: argparse.Namespace) -> None:
     from ffwd.engine.llamacpp import LlamaCppBackend
 
     backend = LlamaCppBackend(args.path, n_ctx=256, threads=args.threads,
-                              kv_cache=args.kv_cache, n_gpu_layers=args.n_gpu_layers)
+                              kv_cache=args.kv_cache, n_gpu_layers=args.n_gpu_layers,
+                              deterministic=args.deterministic)
     vocab = backend.vocab_size
     ids = [(7 * i + 3) % vocab for i in range(PROBE_IDS)]
     backend.prefill(ids)
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--kv-cache", default="auto")
     p.add_argument("--n-gpu-layers", default="auto")
+    p.add_argument("--deterministic", action="store_true")
     args = p.parse_args(argv)
     if args.n_gpu_layers not in ("auto", "all"):
         args.n_gpu_layers = int(args.n_gpu_layers)

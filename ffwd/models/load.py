@@ -41,6 +41,7 @@ def load_backend(
     llamacpp_log: bool = False,
     kv_cache: str = "auto",
     n_gpu_layers: str | int = "auto",
+    deterministic: bool = False,
     tokenizer: Any = None,
     measure_cost: bool = False,
 ) -> Any:
@@ -49,15 +50,18 @@ def load_backend(
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
     `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
     curve comes from the cache unless `measure_cost` asks for a new measurement.
+    `deterministic` takes the exact path (`ffwd.config.engine.exact`).
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
     if engine_for(ref, backend, dev) == "llamacpp":
         from ffwd.engine.llamacpp import LlamaCppBackend
 
-        check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers)
+        check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
+                     deterministic=deterministic)
         engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
-                                 log=llamacpp_log, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers)
+                                 log=llamacpp_log, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
+                                 deterministic=deterministic)
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
         # The GGUF file fixes the weights' types, and the cache key names the file.
@@ -80,8 +84,8 @@ def load_backend(
     return hf
 
 
-def check_engine(ref: ModelRef, *, threads: int, kv_cache: str,
-                 n_gpu_layers: str | int) -> LoadReport:
+def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
+                 deterministic: bool = False) -> LoadReport:
     """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.probe`),
     and say where it put the weights and the cache; raise `EngineFailure` with what
     failed and what to do. A success is cached per library build, CPU, model and settings."""
@@ -90,14 +94,15 @@ def check_engine(ref: ModelRef, *, threads: int, kv_cache: str,
 
     line = system_info()
     key = hashlib.sha256("\n".join(map(str, (
-        line, cpu_model(), ref.cache_key, threads, kv_cache, n_gpu_layers))).encode()).hexdigest()
+        line, cpu_model(), ref.cache_key, threads, kv_cache, n_gpu_layers, deterministic,
+    ))).encode()).hexdigest()
     mark = cache_dir() / "checks" / f"{key[:24]}.json"
     try:
         return LoadReport.from_dict(json.loads(mark.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         pass
     found = first_forward(str(ref.path), threads=threads, kv_cache=kv_cache,
-                          n_gpu_layers=n_gpu_layers)
+                          n_gpu_layers=n_gpu_layers, deterministic=deterministic)
     if isinstance(found, str):
         raise EngineFailure(
             f"{found}: llama.cpp cannot run {ref.name} on this machine ({cpu_model()}; build: "

@@ -1,5 +1,6 @@
 """llama.cpp's thread count may change between steps (`ffwd.engine.threads`): the count
-reaches llama.cpp, and the logits are the same whatever count a step ran on."""
+reaches llama.cpp, and under `deterministic` the logits are the same whatever count a step
+ran on."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def greedy(backend: LlamaCppBackend, steps: int, seen: list[int] | None = None) 
 
 def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -> None:
     path = _gguf("llama", None)
-    steady = LlamaCppBackend(path, n_ctx=256, threads=2)
-    flipping = LlamaCppBackend(path, n_ctx=256, threads=2)
+    steady = LlamaCppBackend(path, n_ctx=256, threads=2, deterministic=True)
+    flipping = LlamaCppBackend(path, n_ctx=256, threads=2, deterministic=True)
     flipping._threads = Flip()  # type: ignore[assignment]
     seen: list[int] = []
     assert greedy(flipping, 40, seen) == greedy(steady, 40)

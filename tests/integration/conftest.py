@@ -17,6 +17,15 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture(scope="session")
+def exact_server() -> Iterator[Server]:
+    """The default configuration under --deterministic: greedy output is bit-identical
+    however it is computed (cold or warm cache, streamed or whole, fill on or off)."""
+    s = Server("--fill", "echo", "--deterministic")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
 def guarded_server() -> Iterator[Server]:
     """With an API key and a one-request queue."""
     s = Server("--api-key", "s3cret", "--max-queue", "1")

@@ -2,7 +2,8 @@
 grammar on) with inputs nobody picked: hypothesis draws tool schemas, prompts, seeds,
 temperatures, tool_choice, parallel calls and response formats (`tools.conformance`).
 Each reply is a 200 with valid calls (no keys outside the schema) or an honest length cut,
-no call twice, streamed == plain, greedy cold == warm."""
+no call twice, streamed and whole; under --deterministic also streamed == plain and
+greedy cold == warm."""
 
 from __future__ import annotations
 
@@ -23,11 +24,28 @@ def app() -> Iterator[conformance.InProcess]:
     yield conformance.InProcess()
 
 
+@pytest.fixture(scope="module")
+def exact_app() -> Iterator[conformance.InProcess]:
+    yield conformance.InProcess(exact=True)
+
+
 @settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(body=conformance.requests())
 def test_every_reply_keeps_the_promises(app: conformance.InProcess, body: dict[str, Any]) -> None:
-    outcome = conformance.check(body, app.post, app.stream, app.cold)
+    assert not app.exact
+    outcome = conformance.check(body, app.post, app.stream, app.cold, app.exact)
+    assert outcome.problems == [], body
+
+
+@settings(max_examples=EXAMPLES, deadline=None, database=None, phases=[Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(body=conformance.requests())
+def test_deterministic_replies_are_the_same_however_computed(
+    exact_app: conformance.InProcess, body: dict[str, Any]
+) -> None:
+    assert exact_app.exact
+    outcome = conformance.check(body, exact_app.post, exact_app.stream, exact_app.cold)
     assert outcome.problems == [], body
 
 

@@ -1,8 +1,8 @@
 """The decode loop on the embedded SmolLM2-135M-Instruct, on both engines.
 
-llama.cpp runs the Q4_1 GGUF as it is (its batched and one-at-a-time forwards
-agree exactly there); transformers runs the float32 copy. Includes a forced
-Hermes tool call: strict rows fire and the call parses.
+llama.cpp runs the Q4_1 GGUF as it is (under --deterministic its batched and
+one-at-a-time forwards agree exactly there); transformers runs the float32
+copy. Includes a forced Hermes tool call: strict rows fire and the call parses.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def tokenizer() -> Any:
 
 @pytest.fixture(scope="module", params=["llamacpp", "transformers"])
 def backend(request: pytest.FixtureRequest, tokenizer: Any) -> Any:
-    return load_backend("default", backend=request.param, dtype="float32", tokenizer=tokenizer)
+    return load_backend("default", backend=request.param, dtype="float32", tokenizer=tokenizer,
+                        deterministic=True)
 
 
 def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
@@ -65,18 +66,31 @@ def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
         check_vocab(b, load_tokenizer("gemma3"), "default")
 
 
-def test_the_default_engine_gives_the_same_logits_however_ids_are_batched(
-    tokenizer: Any,
-) -> None:
-    # The default configuration (llama.cpp, its default threads and KV cache): one-id
-    # forwards, 16-id forwards, and cold and warm prefills give bit-identical logits, past
-    # the 256 ids where an f16 cache splits a one-id forward's attention over the threads.
-    backend = load_backend("default", tokenizer=tokenizer)
+def test_deterministic_gives_the_same_logits_however_ids_are_batched(tokenizer: Any) -> None:
+    # --deterministic on the default engine and threads: one-id forwards, 16-id forwards,
+    # and cold and warm prefills give bit-identical logits, past the 256 ids where an f16
+    # cache splits a one-id forward's attention over the threads.
+    backend = load_backend("default", tokenizer=tokenizer, deterministic=True)
+    assert backend.kv_type == "q8_0"
     prompt = encode_prompt(tokenizer, agreement.PROMPTS[0])
     result = agreement.measure(backend, [prompt], tokens=320, span=16)
     assert result["from"]["positions"] > 64
     for part in ("below", "from", "prefill"):
         assert (result[part]["flips"], result[part]["max_abs_diff"]) == (0, 0.0), part
+
+
+def test_the_default_rounds_apart_only_at_near_ties(tokenizer: Any) -> None:
+    # The default (an f16 cache, as llama.cpp's server has it) is not bit-exact: its logits
+    # differ between batched and one-id forwards, but by rounding, so the greedy choice
+    # agrees almost everywhere (README states the measured rate).
+    backend = load_backend("default", tokenizer=tokenizer)
+    assert backend.kv_type == "f16"
+    prompt = encode_prompt(tokenizer, agreement.PROMPTS[0])
+    result = agreement.measure(backend, [prompt], tokens=320, span=16)
+    positions = sum(result[p]["positions"] for p in ("below", "from"))
+    flips = sum(result[p]["flips"] for p in ("below", "from"))
+    assert positions >= 300 and flips <= 0.02 * positions
+    assert max(result[p]["max_abs_diff"] for p in ("below", "from")) < 2.0
 
 
 def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:

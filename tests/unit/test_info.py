@@ -31,10 +31,10 @@ def test_greedy_promise(device: str, dtype: str, promised: bool) -> None:
 
 
 def test_greedy_promise_on_llama_cpp_follows_the_kv_cache() -> None:
-    for kv in ("auto", "q8_0", "bf16"):
+    for kv in ("q8_0", "bf16"):
         assert greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", threads=2)[0] is True
     ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16", threads=1)
-    assert ok is False and "--kv-cache" in text
+    assert ok is False and "--deterministic" in text and "per 1000" in text
 
 
 def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,11 +44,17 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     assert info["model"] == "SmolLM2-135M-Instruct" and Path(info["path"]).is_file()
     assert info["path"].endswith(".gguf") and info["size"].endswith("MiB")
     assert (info["backend"], info["device"], info["dtype"], info["threads"]) == (
-        "llamacpp", "cpu", "the GGUF file's own, KV cache auto", "1")  # auto: llama.cpp
+        "llamacpp", "cpu", "the GGUF file's own, KV cache f16", "1")  # auto: llama.cpp
     assert info["tool_format"] == "hermes" and info["template"].startswith("builtin hermes")
     assert info["context_window"] == 8192 and info["vocab_size"] == 49152
     assert info["fill_served"] in ("off", "strict", "echo")
-    assert info["greedy_deterministic"] is True
+    assert info["greedy_deterministic"] is False and "--deterministic" in info["greedy_determinism"]
+    assert info["engine_check"].startswith("ok") and "CPU" in info["layout"]
+    assert "AVX" in info["llama_cpp_build"] or "NEON" in info["llama_cpp_build"]
+    assert ffwd_main(["info", "--json", "--threads", "1", "--deterministic"]) == 0
+    exact = json.loads(capsys.readouterr().out)
+    assert exact["dtype"] == "the GGUF file's own, KV cache q8_0"
+    assert exact["greedy_deterministic"] is True
     assert ffwd_main(["info", "--json", "--backend", "transformers", "--dtype", "float32"]) == 0
     hf = json.loads(capsys.readouterr().out)
     assert (hf["backend"], hf["dtype"]) == ("transformers", "float32")
@@ -102,7 +108,7 @@ def test_info_reports_the_cost_curve_once_measured(
     argv = ["info", "--json", "--device", "cpu", "--threads", "2"]
     assert ffwd_main(argv) == 0
     assert json.loads(capsys.readouterr().out)["cost_curve"].startswith("not measured yet")
-    assert seen == [("llamacpp", "gguf-kv-auto", "cpu", 2)]  # the key the loader uses
+    assert seen == [("llamacpp", "gguf-kv-f16", "cpu", 2)]  # the key the loader uses
     curve = CostCurve({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
     (tmp_path / "curve.json").write_text(json.dumps(curve.as_dict()))
     assert ffwd_main(argv) == 0
