@@ -80,7 +80,9 @@ class Access:
         return out | {"request_id": self.request_id}
 
     def write(self) -> None:
-        """The request's one line."""
+        """The request's one line (nothing to build when no one reads the log's INFO)."""
+        if not log.isEnabledFor(logging.INFO):
+            return
         fields = self.fields()
         log.info(" ".join(f"{k}={_value(v)}" for k, v in fields.items()),
                  extra={"fields": fields})
