@@ -163,9 +163,10 @@ def build_peers(spec: str, cmake_args: str, bin_dir: Path) -> int:
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name in PEERS:
         shutil.copy2(out / name, bin_dir / name)
-    line = subprocess.run([str(bin_dir / "llama-bench"), "--list-devices"], capture_output=True,
-                          text=True).stdout.strip()
-    print(f"peers in {bin_dir}: {', '.join(PEERS)} {line}", flush=True)
+    version = subprocess.run([str(bin_dir / "llama-server"), "--version"], capture_output=True,
+                             text=True)
+    built = " ".join((version.stdout + version.stderr).split())
+    print(f"peers in {bin_dir}: {', '.join(PEERS)} ({built})", flush=True)
     return 0
 
 
