@@ -2,10 +2,12 @@
 
 ``identity`` counts, per workload, the items on which two systems wrote the
 same content and calls. ``correctness`` puts together the checks `ffwd bench`
-reports: fill against plain decoding on the same engine (exact where the
-engine's batched and one-at-a-time forwards agree, otherwise an agreement
-rate), and plain ffwd against each peer, with the first differing id of
-every disagreement explained by the engine's own logits.
+reports: fill against plain decoding in each setup the ffwd systems ran in
+(the bench's default, ``:deterministic``, a KV cache type: exact where the
+engine's batched and one-at-a-time forwards agree, as ``--deterministic``
+promises, otherwise an agreement rate), and plain ffwd against each peer,
+with the first differing id of every disagreement explained by the engine's
+own logits.
 """
 
 from __future__ import annotations
@@ -45,11 +47,16 @@ def correctness(
     """
     free = [it for it in items if it.tool_choice != "required"]
     forced = [it for it in items if it.tool_choice == "required"]
-    out: dict[str, Any] = {
-        "echo_vs_off": identity(free, outputs, "ffwd-echo", "ffwd-off"),
-        "echo_vs_strict": identity(forced, outputs, "ffwd-echo", "ffwd-strict"),
-        "strict_vs_off": identity(free, outputs, "ffwd-strict", "ffwd-off"),
-    }
+    out: dict[str, Any] = {}
+    for suffix in variants(outputs):  # each setup's fill modes against each other
+        out |= {
+            "echo_vs_off" + suffix: identity(free, outputs, "ffwd-echo" + suffix,
+                                             "ffwd-off" + suffix),
+            "echo_vs_strict" + suffix: identity(forced, outputs, "ffwd-echo" + suffix,
+                                                "ffwd-strict" + suffix),
+            "strict_vs_off" + suffix: identity(free, outputs, "ffwd-strict" + suffix,
+                                               "ffwd-off" + suffix),
+        }
     for peer in PEERS:
         key = "off_vs_" + peer.replace("-", "_")
         out[key] = identity(items, outputs, "ffwd-off", peer)
@@ -62,6 +69,14 @@ def correctness(
             and outputs[item.key]["ffwd-off"] != outputs[item.key][peer]
         ]
     return out
+
+
+def variants(outputs: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The setups the ffwd systems ran in, as name suffixes: ``""`` (the bench's
+    default) first, then ``":deterministic"``, ``":kv-f16"``, ... in name order."""
+    names = {n for by_system in outputs.values() for n in by_system if n.startswith("ffwd-")}
+    found = dict.fromkeys(n.partition(":")[1] + n.partition(":")[2] for n in names)
+    return ["", *sorted(s for s in found if s)]
 
 
 def explain_difference(

@@ -3,10 +3,12 @@
     python -m ffwd.bench.readme DIR [DIR ...] [--readme README.md] [--plot PNG]
 
 Each DIR is an ``ffwd bench --out DIR`` (its ``results.json``). For every run,
-in the order given: the command, the machine and load averages, one table of
-decode tokens/s per workload and system with the speedup over that run's
-``ffwd-off``, one of end-to-end tokens/s and tool-call parse rates, and the
-greedy identity checks. Ratios are only ever taken within one run (its
+in the order given: the command, the machine and load averages, what each
+kind of system was built as (llama.cpp's build lines), one table of decode
+tokens/s per workload and system with the speedup over that run's
+``ffwd-off``, one of end-to-end tokens/s and tool-call parse rates, the
+prefill rows (time to first token) and the contention row where they ran, and
+the greedy identity checks. Ratios are only ever taken within one run (its
 systems were interleaved); runs are shown side by side, never mixed.
 
 Prints the Markdown; with ``--readme`` it replaces what stands between
@@ -23,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ffwd.bench import report
+from ffwd.bench import contention, latency, report
 
 START = "<!-- ffwd bench: start (python -m ffwd.bench.readme writes this) -->"
 END = "<!-- ffwd bench: end -->"
@@ -94,9 +96,24 @@ def section(runs: Sequence[Mapping[str, Any]]) -> str:
             "End to end (tokens/s over whole requests: prefill, serving and HTTP included) · "
             "first-token latency · tool-call parse rate:", "",
             *e2e_table(summary), "",
+            *_extra_rows(results),
             *report.correctness_lines(results["correctness"]), "",
+            "Builds:", "", *report.build_lines(env), *report.fallback_note(env), "",
         ]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _extra_rows(results: Mapping[str, Any]) -> list[str]:
+    """The prefill and contention tables, where the run has them."""
+    out: list[str] = []
+    if results.get("prefill"):
+        out += ["Prefill: time to first token. " + latency.EXPLAIN, "",
+                *latency.markdown(results["prefill"]), ""]
+    if results.get("contention"):
+        out += ["Contention (`ffwd bench --workload contention`): "
+                + contention.markdown(results["contention"])[0], "",
+                *contention.markdown(results["contention"])[2:], ""]
+    return out
 
 
 def replace_between(text: str, body: str) -> str:

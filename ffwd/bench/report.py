@@ -23,6 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ffwd.bench import contention, latency
+
 # check_targets and default_fill live in ffwd.bench.targets; importers read them here
 from ffwd.bench.systems.names import LLAMA_SERVER
 from ffwd.bench.targets import BASELINE, best_speculation
@@ -188,20 +190,70 @@ def speedup_tables(sp: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+FILL_CHECKS = {"echo_vs_off": "ffwd-echo{v} == ffwd-off{v}",
+               "echo_vs_strict": "ffwd-echo{v} == ffwd-strict{v} (forced call)",
+               "strict_vs_off": "ffwd-strict{v} == ffwd-off{v}"}
+PEER_CHECKS = {"off_vs_llama_server": "llama-server", "off_vs_hf_generate": "hf-generate"}
+
+
 def correctness_lines(c: Mapping[str, Any]) -> list[str]:
+    """The identity checks (fill modes per setup, ``echo_vs_off:deterministic`` ...; ffwd-off
+    against each peer), then every difference from a peer explained."""
     lines = ["| check | workload | identical | items |", "|---|---|---:|---:|"]
-    peers = (("off_vs_llama_server", "llama-server"), ("off_vs_hf_generate", "hf-generate"))
-    for key, label in (("echo_vs_off", "ffwd-echo == ffwd-off"),
-                       ("echo_vs_strict", "ffwd-echo == ffwd-strict (forced call)"),
-                       ("strict_vs_off", "ffwd-strict == ffwd-off"),
-                       *((k, f"ffwd-off == {p}") for k, p in peers)):
-        for workload, (same, n) in c.get(key, {}).items():
+    for key, rows in c.items():
+        check, colon, variant = key.partition(":")
+        if check in FILL_CHECKS:
+            label = FILL_CHECKS[check].format(v=colon + variant)
+        elif check in PEER_CHECKS:
+            label = f"ffwd-off == {PEER_CHECKS[check]}"
+        else:
+            continue  # the differences, below
+        for workload, (same, n) in rows.items():
             lines.append(f"| {label} | {workload} | {_pct(same / n if n else None)} | {n} |")
-    for key, peer in peers:
+    for key, peer in PEER_CHECKS.items():
         diffs = c.get(key + "_differences", [])
         if diffs:
             lines += ["", f"ffwd-off vs {peer}, where they differ:", ""]
             lines += [f"- `{d['item']}` ({d['workload']}): {d['explanation']}" for d in diffs]
+    return lines
+
+
+def build_lines(env: Mapping[str, Any]) -> list[str]:
+    """What each kind of system ran as, with llama.cpp's (or torch's) build line."""
+    builds = env.get("builds")
+    if builds is None:  # a results.json from before the builds were recorded
+        builds = [{"systems": "ffwd (llama.cpp)", "build": "",
+                   "system_info": env.get("llama_cpp_system_info", "")}]
+    return [f"- {b['systems']}: {b['build']}" + (f" — `{b['system_info']}`"
+                                                  if b.get("system_info") else "")
+            for b in builds]
+
+
+def fallback_note(env: Mapping[str, Any]) -> list[str]:
+    """A warning where llama-server ran from the xllamacpp wheel rather than a native build."""
+    server = env.get("llama_server") or {}
+    if server.get("kind") != "xllamacpp":
+        return []
+    return ["", f"**llama-server here is the xllamacpp {server.get('version')} fallback**, a "
+                "prebuilt portable wheel whose kernels may be older than the engine's: not a "
+                "fair peer. `make peers` builds the native one."]
+
+
+def bound_lines(bound: Mapping[str, float], summary: Mapping[str, Any]) -> list[str]:
+    """The replay bound beside what ffwd-strict injected (empty where tools did not run)."""
+    if not bound:
+        return []
+    lines = ["", "## Replay bound (tools)", "",
+             "Replay: the share of the ground-truth calls' ids (through the end of the "
+             "turn) that the strict rows inject, without a model. Measured: the share of "
+             "ffwd-strict's output ids injected, over all outputs and over those that "
+             "parsed as calls.", "",
+             "| tool_choice | replay bound | ffwd-strict injected | … on parsed calls |",
+             "|---|---:|---:|---:|"]
+    for choice, frac in bound.items():
+        strict = summary.get(f"tools/{choice}", {}).get("ffwd-strict", {})
+        lines.append(f"| {choice} | {frac:.0%} | {_pct(strict.get('injected_fraction'))} | "
+                     f"{_pct(strict.get('injected_fraction_calls'))} |")
     return lines
 
 
@@ -220,10 +272,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{env['load_before']} before, {env['load_after']} after. Fill settings: "
         + (", ".join(f"{k}={v}" for k, v in settings.get("fill", {}).items()) or "defaults")
         + ".", "",
-        *(f"{label}: `{env[key]}`  " for key, label in (
-            ("llama_cpp_system_info", "llama.cpp (ffwd)"),
-            ("llama_server_system_info", f"llama-server (xllamacpp {env.get('xllamacpp')})"))
-          if env.get(key)),
+        "Builds:", "", *build_lines(env), *fallback_note(env),
         "",
         "## Results", "",
         "Medians over repeats of each workload's totals. wall s = whole requests (ffwd: "
@@ -237,25 +286,19 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "verified ids (echo's and recall's copies, llama-server's drafts) the model agreed "
         "with; parse = outputs that parse as calls of listed functions (tools, and the "
         "agent's call steps).", "",
-        *main_table(summary, sp), *peer_sections(summary),
+        *(main_table(summary, sp) if summary else ["No decode workload ran."]),
+        *peer_sections(summary),
     ]
+    if results.get("prefill"):
+        lines += ["", "## Prefill: time to first token", "", latency.EXPLAIN, "",
+                  *latency.markdown(results["prefill"])]
+    if results.get("contention"):
+        lines += ["", "## Contention: decode beside other work", "",
+                  *contention.markdown(results["contention"])]
     if results.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in results["skipped"].items())]
-    lines += ["", "## Speedups", *speedup_tables(sp)]
-    if results.get("bound"):
-        lines += ["", "## Replay bound (tools)", "",
-                  "Replay: the share of the ground-truth calls' ids (through the end of the "
-                  "turn) that the strict rows inject, without a model. Measured: the share of "
-                  "ffwd-strict's output ids injected, over all outputs and over those that "
-                  "parsed as calls.", "",
-                  "| tool_choice | replay bound | ffwd-strict injected | … on parsed calls |",
-                  "|---|---:|---:|---:|"]
-        for choice, frac in results["bound"].items():
-            strict = summary.get(f"tools/{choice}", {}).get("ffwd-strict", {})
-            lines.append(
-                f"| {choice} | {frac:.0%} | {_pct(strict.get('injected_fraction'))} | "
-                f"{_pct(strict.get('injected_fraction_calls'))} |"
-            )
+    lines += ["", "## Speedups", *speedup_tables(sp)] if sp else []
+    lines += bound_lines(results.get("bound") or {}, summary)
     lines += ["", "## Correctness (greedy)", "", *correctness_lines(results["correctness"])]
     lines += ["", "## Targets", "", "| target | measured | goal | met |", "|---|---:|---:|---|"]
     for t in results["targets"]:

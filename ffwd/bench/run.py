@@ -9,47 +9,57 @@ session of its own (what a system carries from one request to the next,
 recall's earlier outputs, llama-server's n-gram pools, starts empty at each
 repeat and is never shared between systems), and returns the
 results dict (environment, settings, every run, outputs, summary, speedups,
-correctness, replay bound, targets) that `ffwd.cli.bench` writes and
-`ffwd.bench.report` renders.
+prefill rows, contention row, correctness, replay bound, targets) that
+`ffwd.cli.bench` writes and `ffwd.bench.report` renders.
+
+The ``prefill`` workload runs one system per engine setup
+(`names.prefill_systems`); the ``contention`` row (`ffwd.bench.contention`)
+runs after the rest, while the other servers sit idle.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from functools import partial
-from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 from ffwd.bench import report
-from ffwd.bench.systems import Outcome, System, parses
+from ffwd.bench.environment import environment, load_average
+from ffwd.bench.systems import Outcome, System, parses, servers
 from ffwd.bench.systems.ffwd_http import chat_request
-from ffwd.bench.systems.names import LLAMA_SERVER, SERVED, SystemName, ffwd_settings, parse_system
+from ffwd.bench.systems.names import (
+    LLAMA_SERVER,
+    SERVED,
+    SystemName,
+    ffwd_settings,
+    parse_system,
+    prefill_systems,
+)
+from ffwd.bench.systems.servers import ChildServer
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
 
-def schedule(n_items: int, systems: Sequence[str], repeats: int) -> list[tuple[int, int, str]]:
-    """``(repeat, item, system)`` in run order: per item all systems back to back,
-    the first one rotating with the item and the repeat."""
+def schedule(per_item: Sequence[Sequence[str]], repeats: int) -> list[tuple[int, int, str]]:
+    """``(repeat, item, system)`` in run order: per item its systems (`per_item`) back to
+    back, the first one rotating with the item and the repeat."""
     out = []
     for r in range(repeats):
-        for i in range(n_items):
+        for i, systems in enumerate(per_item):
             k = (r + i) % len(systems)
             out += [(r, i, name) for name in (*systems[k:], *systems[:k])]
     return out
 
 
-def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
-    """One run as a JSON-able row (see `report.summarize`)."""
+def record(item: Item, system: str, repeat: int, o: Outcome, prompt_ids: int) -> dict[str, Any]:
+    """One run as a JSON-able row (see `report.summarize` and `latency.summarize`)."""
     return {
         "workload": item.workload, "item": item.id, "kind": item.kind, "system": system,
-        "repeat": repeat, "tokens": o.tokens, "seconds": round(o.seconds, 4),
+        "repeat": repeat, "prompt_tokens": prompt_ids, "cached": o.cached,
+        "tokens": o.tokens, "seconds": round(o.seconds, 4),
         "prefill_seconds": round(o.prefill_seconds, 4),
         "first_token_seconds": round(o.first_token_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
@@ -60,20 +70,37 @@ def record(item: Item, system: str, repeat: int, o: Outcome) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What every part of a bench run shares: the model, its engine and the service."""
+
+    args: argparse.Namespace
+    ref: Any
+    engine: str
+    threads: int
+    service: Any
+    limit: int  # --limit as resolved (BFCL entries for the replay bound)
+
+    def count(self, text: str) -> int:
+        """Ids of `text` in the served tokenizer (no special tokens)."""
+        return len(self.service.tokenizer.encode(text, add_special_tokens=False))
+
+
 def run_bench(
-    args: argparse.Namespace, names: list[str], limit: int, repeats: int
+    args: argparse.Namespace, names: list[str], limit: int, repeats: int,
+    before: float | None = None,
 ) -> dict[str, Any]:
-    """Load, start the servers, run everything interleaved, assemble the results dict."""
+    """Load, start the servers, run everything interleaved, assemble the results dict;
+    `before` is the contention row's alone figure of an earlier run (``--before``)."""
     from transformers.utils import logging as hf_logging
 
-    from ffwd.bench.fidelity import correctness
     from ffwd.bench.workloads import select
     from ffwd.config import resolve_fill_config
     from ffwd.models import engine_for, load_backend, load_tokenizer, resolve_model
     from ffwd.serve.service import ModelService
 
     hf_logging.set_verbosity_error()  # generate() warns about every greedy config
-    load_before = _load_average()
+    load_before = load_average()
     ref = resolve_model(args.model)
     engine = engine_for(ref, args.backend)
     threads = args.threads or torch_threads()
@@ -85,74 +112,96 @@ def run_bench(
     # FFWD_FILL_* settings (k, max span, ...) apply; each request sets the mode.
     fill = resolve_fill_config()
     service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)
+    setup = Setup(args, ref, engine, threads, service, limit)
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)
-    bfcl = tuple(args.bfcl or DEFAULT_BFCL)
-    items = select(workloads, limit, args.seed, bfcl, args.quick)
+    items = select(workloads, limit, args.seed, _bfcl(args), args.quick, count=setup.count,
+                   context=service.context_window)
     prompts = {it.key: service.prepare(chat_request(it, "off")).prompt_ids for it in items}
     with ExitStack() as stack:
-        systems, skipped = start_systems(names, args, ref, engine, service, threads, stack)
+        systems, skipped = start_systems(names, setup, stack)
         runs, firsts = _run_all(items, systems, repeats, prompts)
+        row = (_contention(setup, systems, repeats, skipped, before)
+               if "contention" in workloads else None)
+    results = assemble(setup, [s.name for s in systems], items, runs, firsts, prompts, row)
+    results["environment"]["load_before"] = load_before
+    results["settings"].update({"workloads": list(workloads), "limit": limit,
+                                "repeats": repeats, "systems": [s.name for s in systems],
+                                "fill": {k: v for k, v in asdict(fill).items()
+                                         if k not in ("mode", "trace")}})
+    return {**results, "skipped": skipped}
+
+
+def assemble(
+    setup: Setup, order: Sequence[str], items: Sequence[Item], runs: list[dict[str, Any]],
+    firsts: dict[str, dict[str, Outcome]], prompts: Mapping[str, list[int]],
+    contention: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The results dict (see the module docstring) from what the systems `order` returned."""
+    from ffwd.bench import latency
+    from ffwd.bench.fidelity import correctness
+
     outputs = {key: {name: {"content": o.content, "calls": [list(c) for c in o.calls]}
                      for name, o in by_system.items()} for key, by_system in firsts.items()}
-    summary = report.summarize(runs, [s.name for s in systems])
+    summary = report.summarize([r for r in runs if r["workload"] != latency.WORKLOAD], order)
+    prefill = latency.summarize(runs, order)
     sp = report.speedups(summary)
-    bound = _bound(tokenizer, service.format_name, bfcl, limit) if "tools" in workloads else {}
-    peer = any(parse_system(s.name).base == LLAMA_SERVER for s in systems)
-    env = environment(ref, backend, engine, threads, peer)
+    args, service = setup.args, setup.service
+    bfcl = _bfcl(args)
+    tools = any(it.workload.startswith("tools") for it in items)
+    bound = _bound(service.tokenizer, service.format_name, bfcl, setup.limit) if tools else {}
     return {
-        "environment": {**env, "load_before": load_before, "load_after": _load_average()},
+        "environment": {**environment(setup.ref, service.backend, setup.engine, setup.threads,
+                                      order), "load_after": load_average()},
         "settings": {
-            "command": "ffwd bench " + " ".join(_argv()), "workloads": list(workloads),
-            "limit": limit, "repeats": repeats, "seed": args.seed, "bfcl": list(bfcl),
-            "quick": args.quick, "systems": [s.name for s in systems], "backend": engine,
-            "fill": {k: v for k, v in asdict(fill).items() if k not in ("mode", "trace")},
+            "command": "ffwd bench " + " ".join(_argv()), "seed": args.seed, "bfcl": list(bfcl),
+            "quick": args.quick, "backend": setup.engine,
             "items": [{"key": it.key, "kind": it.kind, "max_tokens": it.max_tokens,
                        "prompt_tokens": len(prompts[it.key])} for it in items],
         },
-        "skipped": skipped,
         "runs": runs,
         "outputs": outputs,
         "summary": summary,
         "speedups": sp,
+        "prefill": prefill,
+        "contention": contention,
         "bound": bound,
         "correctness": correctness(items, outputs, firsts, service, prompts),
-        "targets": report.check_targets(summary, sp, bound, engine),
+        "targets": report.check_targets(summary, sp, bound, setup.engine, prefill, contention),
         "default_fill": report.default_fill(sp),
     }
 
 
 def start_systems(
-    names: Sequence[str], args: argparse.Namespace, ref: Any, engine: str, service: Any,
-    threads: int, stack: ExitStack,
+    names: Sequence[str], setup: Setup, stack: ExitStack
 ) -> tuple[list[System], dict[str, str]]:
     """The systems named (in that order), their servers started on `stack`; and why not."""
-    from ffwd.bench.systems import Decoder, servers
+    from ffwd.bench.systems import Decoder
     from ffwd.bench.systems.ffwd_http import FfwdHTTP
     from ffwd.bench.systems.hf_generate import LOOKUP_TOKENS, HFGenerate
     from ffwd.bench.systems.llama_http import LlamaServerHTTP
     from ffwd.engine.hf import HFBackend
 
+    service = setup.service
     decoder = Decoder(service.tokenizer, service.format_name, frozenset(service.eos_ids))
-    started: dict[tuple[str, str | None], servers.ChildServer] = {}
+    started: dict[tuple[str, str | None, bool], ChildServer] = {}
     built: list[System] = []
     skipped: dict[str, str] = {}
     # The transformers systems share the served model's weights when it is one.
     hf_model: Any = service.backend.model if isinstance(service.backend, HFBackend) else None
     for name in names:
         sys_name = parse_system(name)
-        why = _cannot_run(sys_name, engine, ref)
+        why = _cannot_run(sys_name, setup.engine, setup.ref)
         if why:
             skipped[name] = why
         elif sys_name.base in SERVED:
-            kind, kv = sys_name.engine or engine, sys_name.kv
-            if (kind, kv) not in started:
-                started[kind, kv] = stack.enter_context(
-                    servers.ffwd_server(args.model, kind, threads, args.dtype, kv))
+            key = (sys_name.engine or setup.engine, sys_name.kv, sys_name.deterministic)
+            if key not in started:
+                started[key] = stack.enter_context(ffwd_server(setup, sys_name))
             fill, grammar, recall = ffwd_settings(sys_name.base)
-            built.append(FfwdHTTP(started[kind, kv].url, fill, name, grammar, recall))
+            built.append(FfwdHTTP(started[key].url, fill, name, grammar, recall))
         elif sys_name.base == LLAMA_SERVER:
-            start = partial(servers.llama_server, str(ref.path), threads,
-                            service.backend.context_window, 512, sys_name.spec)
+            start = partial(servers.llama_server, str(setup.ref.path), setup.threads,
+                            service.context_window, 512, sys_name.spec)
             peer = LlamaServerHTTP(start, decoder, sys_name.spec)
             stack.callback(peer.close)
             built.append(peer)
@@ -160,10 +209,16 @@ def start_systems(
             if hf_model is None:
                 from ffwd.models import load_model
 
-                hf_model = load_model(ref, dtype=args.dtype, device="cpu")
+                hf_model = load_model(setup.ref, dtype=setup.args.dtype, device="cpu")
             lookup = LOOKUP_TOKENS if sys_name.base == "hf-prompt-lookup" else 0
             built.append(HFGenerate(hf_model, decoder, lookup))
     return built, skipped
+
+
+def ffwd_server(setup: Setup, name: SystemName) -> ChildServer:
+    """A new ``ffwd serve`` process for the ffwd system `name`."""
+    return servers.ffwd_server(setup.args.model, name.engine or setup.engine, setup.threads,
+                               setup.args.dtype, name.kv, name.deterministic)
 
 
 def _cannot_run(name: SystemName, engine: str, ref: Any) -> str | None:
@@ -182,18 +237,22 @@ def _run_all(
     prompts: Mapping[str, list[int]],
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Outcome]]]:
     """Warm up, then run `schedule`, each repeat a session of its own (`System.begin`);
-    return the run rows and the first repeat's outcomes."""
+    return the run rows and the first repeat's outcomes. The prefill rows run one
+    system per engine setup (`prefill_systems`)."""
     from tqdm import tqdm
 
     by_name = {s.name: s for s in systems}
-    order = schedule(len(items), list(by_name), repeats)
+    every = list(by_name)
+    order = schedule([prefill_systems(every) if it.workload == "prefill" else every
+                      for it in items], repeats)
     runs: list[dict[str, Any]] = []
     firsts: dict[str, dict[str, Outcome]] = {}
-    with tqdm(total=len(order) + len(systems), desc="ffwd bench", file=sys.stderr) as bar:
-        warm = replace(items[0], max_tokens=4)
-        for s in systems:
+    warm_ups = systems if items else ()
+    with tqdm(total=len(order) + len(warm_ups), desc="ffwd bench", file=sys.stderr) as bar:
+        for s in warm_ups:
             bar.set_postfix_str(f"warm-up {s.name}")
             s.begin("warm-up")
+            warm = replace(items[0], max_tokens=4, warm=False)
             s.run(warm, prompts[warm.key])
             bar.update()
         session = None
@@ -205,11 +264,31 @@ def _run_all(
             item = items[i]
             bar.set_postfix_str(f"{name} {item.id}")
             o = by_name[name].run(item, prompts[item.key])
-            runs.append(record(item, name, repeat, o))
+            runs.append(record(item, name, repeat, o, len(prompts[item.key])))
             if repeat == 0:
                 firsts.setdefault(item.key, {})[name] = o
             bar.update()
     return runs, firsts
+
+
+def _contention(
+    setup: Setup, systems: Sequence[System], repeats: int, skipped: dict[str, str],
+    before: float | None,
+) -> dict[str, Any] | None:
+    """The contention row of ``ffwd-off`` (else the first ffwd system that runs;
+    `ffwd.bench.contention`) beside a twin of its server; None (and why, in `skipped`)
+    where none runs."""
+    from ffwd.bench import contention
+    from ffwd.bench.workloads import contention_item
+
+    served = [s for s in systems if parse_system(s.name).base in SERVED]
+    if not served:
+        skipped["contention"] = "no ffwd system runs"
+        return None
+    system = next((s for s in served if s.name == "ffwd-off"), served[0])
+    item = contention_item(setup.args.seed, setup.args.quick)
+    twin = partial(ffwd_server, setup, parse_system(system.name))
+    return {**contention.measure(system, item, twin, repeats), "before": before}
 
 
 # --- the bound ---------------------------------------------------------------------
@@ -226,59 +305,14 @@ def _bound(tokenizer: Any, fmt: str, bfcl: Sequence[str], limit: int) -> dict[st
             for choice in TOOL_CHOICES}
 
 
-# --- environment ---------------------------------------------------------------------
+def _bfcl(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(args.bfcl or DEFAULT_BFCL)
 
 
 def torch_threads() -> int:
     import torch
 
     return int(torch.get_num_threads())
-
-
-def environment(
-    ref: Any, backend: Any, engine: str, threads: int, llama_server: bool
-) -> dict[str, Any]:
-    import torch
-    import transformers
-
-    from ffwd.engine.native import system_info
-
-    dtype = backend.dtype_name  # llama.cpp: gguf-kv-<the KV cache's type>
-    env = {
-        "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "threads": threads,
-        "python": platform.python_version(), "torch": torch.__version__,
-        "transformers": transformers.__version__, "llama_cpp": _version("llama-cpp-python"),
-        "llama_cpp_system_info": system_info(), "backend": engine,
-        "model": ref.name, "model_path": str(ref.path), "dtype": dtype,
-        "device": str(backend.device),
-    }
-    if llama_server:
-        from ffwd.bench.systems.llama_server import system_info as server_info
-
-        env["xllamacpp"] = _version("xllamacpp")
-        env["llama_server_system_info"] = server_info()
-    return env
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _load_average() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 def _argv() -> list[str]:

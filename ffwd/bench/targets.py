@@ -1,12 +1,14 @@
 """The issues' targets, checked against a bench summary (`ffwd.bench.report`).
 
-`check_targets(summary, speedups, bound, engine)` gives each target with its
-measured value, its goal and whether it is met (None: a system it needs did
-not run); `default_fill` applies the rule that picks the default fill mode.
-On llama.cpp the targets include ffwd-echo against llama.cpp's own draft-free
-speculation (the best ``llama-server:MODE`` on each workload) and echo with
-the cross-request index (recall) against echo without it on the agent
-workload.
+`check_targets(summary, speedups, bound, engine, latency, contention)` gives
+each target with its measured value, its goal and whether it is met (None: a
+system it needs did not run); `default_fill` applies the rule that picks the
+default fill mode. On llama.cpp the targets include ffwd-echo against
+llama.cpp's own draft-free speculation (the best ``llama-server:MODE`` on each
+workload), echo with the cross-request index (recall) against echo without it
+on the agent workload, and ffwd's time to first token on cold prompts against
+llama-server's (the prefill rows, `ffwd.bench.latency`). The contention row
+(`ffwd.bench.contention`) has issue 26's targets.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from ffwd.bench.contention import ALONE, BESIDE_BUSY, BESIDE_FFWD
+from ffwd.bench.latency import default_ffwd, ratio
 from ffwd.bench.systems.names import ECHO_NO_RECALL, LLAMA_SERVER
 
 BASELINE = "ffwd-off"
@@ -21,6 +25,10 @@ ECHO = "ffwd-echo"
 PROSE_BUDGET = 0.03  # prose: ffwd-echo may be at most 3% slower than ffwd-off
 ECHO_FLOOR = 0.98  # issue 21: ffwd-echo at least this fast as ffwd-off on every workload
 ECHO_GOAL = 1.5  # issue 21: ffwd-echo vs ffwd-off on the echo workload, llama.cpp
+FIRST_TOKEN_GOAL = 1.05  # issue 27: cold time to first token, ffwd vs llama-server, at most
+ALONE_GOAL = 0.97  # issue 26: decode alone vs the earlier run's (--before), at least
+# issue 26: decode beside other work, as a share of alone, at least
+CONTENTION_GOALS = ((BESIDE_FFWD, 0.45), (BESIDE_BUSY, 0.4))
 
 
 def _ratio(sp: Mapping[str, Any], workload: str, a: str, b: str) -> float | None:
@@ -37,14 +45,17 @@ def check_targets(
     sp: Mapping[str, Any],
     bound: Mapping[str, float],
     engine: str | None = None,
+    latency: Mapping[str, Mapping[str, Mapping[str, Any]]] | None = None,
+    contention: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """The issues' targets, each with the measured value and whether it is met (None: not run).
 
     `engine` is what the bare ffwd systems ran on; the llama.cpp targets need it.
     """
-    out = _fill_targets(summary, sp, bound)
+    out = _fill_targets(summary, sp, bound) + contention_targets(contention)
     if engine != "llamacpp":
         return out
+    out += first_token_targets(latency or {})
     v = _overall_ratio(summary, BASELINE, LLAMA_SERVER)
     out.append(_target("all workloads: ffwd-off vs llama-server (decode tok/s)", v, ">= 0.9x",
                        None if v is None else v >= 0.9))
@@ -58,6 +69,40 @@ def check_targets(
     out.append(_target("all workloads: ffwd-off on llama.cpp vs on transformers (decode tok/s)",
                        v, ">= 4x", None if v is None else v >= 4.0))
     return out + echo_targets(summary, sp)
+
+
+def first_token_targets(
+    latency: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Issue 27: on every cold prompt, the default ffwd system's time to first token at
+    most `FIRST_TOKEN_GOAL` times llama-server's."""
+    out = []
+    for prompt, rows in latency.items():
+        ffwd = default_ffwd(rows)
+        if not prompt.startswith("cold:") or ffwd is None:
+            continue
+        v = ratio(rows, ffwd, LLAMA_SERVER)
+        out.append(_target(f"prefill {prompt}: {ffwd} vs llama-server (time to first token)",
+                           v, f"<= {FIRST_TOKEN_GOAL}x", None if v is None
+                           else v <= FIRST_TOKEN_GOAL))
+    return out
+
+
+def contention_targets(row: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Issue 26: alone no slower than the earlier run's alone (``row["before"]``), and
+    beside a second ffwd process or a two-thread busy loop at least a share of alone."""
+    if row is None:
+        return []
+    name, before = row["system"], row.get("before")
+    alone = row["tokens_per_s"].get(ALONE)
+    v = alone / before if alone and before else None
+    out = [_target(f"contention: {name} alone vs the earlier run (--before)", v,
+                   f">= {ALONE_GOAL}x", None if v is None else v >= ALONE_GOAL)]
+    for condition, goal in CONTENTION_GOALS:
+        v = row["vs_alone"].get(condition)
+        out.append(_target(f"contention: {name} {condition} vs alone", v, f">= {goal}x",
+                           None if v is None else v >= goal))
+    return out
 
 
 def best_speculation(rows: Mapping[str, Mapping[str, Any]]) -> str | None:

@@ -1,15 +1,17 @@
 """``ffwd bench``: every system on the same prompts, interleaved, then a report.
 
-    ffwd bench [--workload tools|echo|prose|agent|all] [--limit N] [--systems LIST]
-               [--model default|PATH] [--backend auto|llamacpp|transformers]
-               [--repeats R] [--threads T] [--out DIR] [--json] [--quick]
+    ffwd bench [--workload tools|echo|prose|agent|prefill|contention|all] [--limit N]
+               [--systems LIST] [--model default|PATH] [--backend auto|llamacpp|transformers]
+               [--repeats R] [--threads T] [--out DIR] [--json] [--quick] [--before DIR]
 
 The ffwd systems are requests to ``ffwd serve`` processes, ``llama-server``
 (and ``llama-server:ngram-mod`` and the other draft-free speculation modes)
-to llama.cpp's own server, both over loopback HTTP (`ffwd.bench.systems`);
-all use the same thread count and the prompt ids this process renders with
-the service (`ffwd.bench.run`). Writes ``DIR/results.json``, ``DIR/report.md``
-and ``DIR/speedup.png``; ``--json`` also prints the results to stdout.
+to llama.cpp's own server (the native build of ``make peers``, else the
+xllamacpp fallback), both over loopback HTTP (`ffwd.bench.systems`); all use
+the same thread count and the prompt ids this process renders with the
+service (`ffwd.bench.run`). Writes ``DIR/results.json``, ``DIR/report.md``
+and (where decode workloads ran) ``DIR/speedup.png``; ``--json`` also prints
+the results to stdout.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 from pathlib import Path
 
 from ffwd.bench import report
+from ffwd.bench.contention import alone_in
 from ffwd.bench.run import run_bench
 from ffwd.bench.systems.names import ALL_SYSTEMS, known_systems, parse_system
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
@@ -36,9 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
     parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
                         help="comma-separated, from: " + known_systems()
-                        + " (an ffwd system may name its engine, ffwd-off:transformers, or "
-                        "llama.cpp's KV cache type, ffwd-off:kv-f16; llama-server:MODE is "
-                        "llama-server with that draft-free speculation mode)")
+                        + " (an ffwd system may name its engine, ffwd-off:transformers, "
+                        "llama.cpp's KV cache type, ffwd-off:kv-f16, or the exact mode, "
+                        "ffwd-echo:deterministic (ffwd serve --deterministic); "
+                        "llama-server:MODE is llama-server with that draft-free speculation "
+                        "mode)")
     parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
     parser.add_argument("--backend", default="auto",
                         help="engine of the ffwd systems: auto|llamacpp|transformers")
@@ -58,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a small slice with short outputs (a few minutes)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout")
+    parser.add_argument("--before", default=None, metavar="DIR",
+                        help="an earlier ffwd bench --out DIR with a contention row: its "
+                             "decode speed alone is what this run's alone must keep up with")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -67,20 +75,23 @@ def main(args: argparse.Namespace) -> int:
         repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
         if limit < 1 or repeats < 1:
             raise ValueError("--limit and --repeats must be at least 1")
-    except ValueError as exc:
+        before = alone_in(Path(args.before)) if args.before else None
+    except (ValueError, OSError) as exc:
         print(f"ffwd bench: {exc}", file=sys.stderr)
         return 2
-    results = run_bench(args, names, limit, repeats)
+    results = run_bench(args, names, limit, repeats, before)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
     (out / "report.md").write_text(report.render_markdown(results))
-    report.plot(results["summary"], results["speedups"], out / "speedup.png")
+    written = [out / "results.json", out / "report.md"]
+    if results["summary"]:  # decode workloads ran (not only prefill or contention)
+        report.plot(results["summary"], results["speedups"], out / "speedup.png")
+        written.append(out / "speedup.png")
     if args.json:
         print(json.dumps(results, ensure_ascii=False))
     else:
-        print(f"wrote {out / 'results.json'}, {out / 'report.md'}, {out / 'speedup.png'}",
-              file=sys.stderr)
+        print("wrote " + ", ".join(map(str, written)), file=sys.stderr)
     return 0
 
 

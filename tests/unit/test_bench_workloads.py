@@ -52,12 +52,19 @@ def test_prose_questions_are_drawn_by_the_seed() -> None:
 
 
 def test_schedule_interleaves_and_rotates() -> None:
-    order = schedule(2, ["A", "B", "C"], repeats=2)
+    order = schedule([["A", "B", "C"]] * 2, repeats=2)
     assert [s for _, _, s in order] == list("ABC" "BCA" "BCA" "CAB")
     assert [(r, i) for r, i, _ in order[::3]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     # every system runs every item once per repeat
     assert Counter(order) == Counter({(r, i, s): 1 for r in range(2) for i in range(2)
                                       for s in "ABC"})
+
+
+def test_schedule_runs_each_item_on_its_own_systems() -> None:
+    order = schedule([["A", "B", "C"], ["A", "C"]], repeats=2)
+    assert [(i, s) for r, i, s in order if r == 0] == [(0, "A"), (0, "B"), (0, "C"),
+                                                       (1, "C"), (1, "A")]
+    assert {s for _, i, s in order if i == 1} == {"A", "C"}
 
 
 def test_identity_counts_per_workload() -> None:

@@ -23,7 +23,9 @@
   in this process (greedy; the second with ``prompt_lookup_num_tokens=10``;
   `hf_generate`).
 
-Every system starts from an empty cache and stops at an end id, at the item's
+Every system starts from an empty cache (but for an item marked ``warm``, the
+next turn of a conversation, which keeps what the previous turn left) and
+stops at an end id, at the item's
 ``max_tokens``, or (``item.single_call``) once its output holds a complete
 call; the client parses each output the way the service does. What outlives
 a request is scoped to a session (`System.begin`, one per repeat): an ffwd
@@ -74,6 +76,7 @@ class Outcome:
     verify_rejected: int = 0
     token_ids: list[int] | None = None  # peers only (ffwd's server reports text)
     origins: dict[str, int] = field(default_factory=dict)  # ffwd: injected ids per source
+    cached: int | None = None  # prompt ids the server took from its cache (None: unknown)
 
 
 class System(Protocol):
@@ -83,6 +86,12 @@ class System(Protocol):
         """Start `session`: forget what earlier requests left (see the module docstring)."""
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome: ...
+
+
+def http_client() -> httpx.Client:
+    """A client that opens a connection per request: the servers close a connection left
+    idle for a few seconds (while other systems run), and one reused as it closes fails."""
+    return httpx.Client(timeout=TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def parse_output(format_name: str, tools: Sequence[dict[str, Any]], text: str) -> Outcome:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import httpx
-
-from ffwd.bench.systems import FLUSH_PROMPT, TIMEOUT, Outcome, sse
+from ffwd.bench.systems import FLUSH_PROMPT, Outcome, http_client, sse
 from ffwd.bench.workloads import Item
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.request import GenerationRequest
@@ -48,7 +46,7 @@ class FfwdHTTP:
     ) -> None:
         self.url, self.fill, self.name = url, fill, name
         self.grammar, self.recall = grammar, recall
-        self.client = httpx.Client(timeout=TIMEOUT)
+        self.client = http_client()
         self.begin("")
 
     def begin(self, session: str) -> None:
@@ -58,9 +56,10 @@ class FfwdHTTP:
         self.headers = {"Authorization": f"Bearer ffwd-bench/{self.name}/{session}"}
 
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
-        # The live cache would give the next request its prefix for free: replace it.
-        self.client.post(self.url + "/v1/completions",
-                         json={"prompt": FLUSH_PROMPT, "max_tokens": 1}).raise_for_status()
+        if not item.warm:
+            # The live cache would give the next request its prefix for free: replace it.
+            self.client.post(self.url + "/v1/completions",
+                             json={"prompt": FLUSH_PROMPT, "max_tokens": 1}).raise_for_status()
         body = {**chat_body(item, self.fill, self.grammar, self.recall), "stream": True,
                 "stream_options": {"include_usage": True}}
         content: list[str] = []
@@ -90,4 +89,5 @@ class FfwdHTTP:
             (first or time.perf_counter()) - t0, info["forward_calls"], stats["injected"],
             stats["verify_accepted"], stats["verify_rejected"],
             origins={k: stats[k] for k in ORIGINS if stats.get(k)},
+            cached=(final["usage"].get("prompt_tokens_details") or {}).get("cached_tokens"),
         )

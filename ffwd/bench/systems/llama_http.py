@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from ffwd.bench.systems import FLUSH_PROMPT, TIMEOUT, Decoder, Outcome, sse, with_drafts
+from ffwd.bench.systems import FLUSH_PROMPT, Decoder, Outcome, http_client, sse, with_drafts
 from ffwd.bench.systems.names import LLAMA_SERVER
 from ffwd.bench.systems.servers import ChildServer
 from ffwd.bench.workloads import Item
@@ -27,7 +28,7 @@ class LlamaServerHTTP:
     ) -> None:
         self.start, self.decoder, self.spec = start, decoder, spec
         self.name = f"{LLAMA_SERVER}:{spec}" if spec else LLAMA_SERVER
-        self.client = httpx.Client(timeout=TIMEOUT)
+        self.client = http_client()
         self.server = start()
         self.used = False  # whether a request ran since the process started
 
@@ -51,20 +52,25 @@ class LlamaServerHTTP:
     def run(self, item: Item, prompt_ids: list[int]) -> Outcome:
         self.used = True
         body = {"prompt": prompt_ids, "n_predict": item.max_tokens, "temperature": 0.0,
-                "stream": True, "return_tokens": True, "cache_prompt": False}
+                "stream": True, "return_tokens": True, "cache_prompt": item.warm}
         out: list[int] = []
         first: float | None = None
         timings: dict[str, Any] = {}
         stopped_early = False
         t0 = time.perf_counter()
-        for chunk in sse(self.client, self.url + "/completion", body):
-            if chunk.get("tokens"):
-                first = first or time.perf_counter()
-                out += chunk["tokens"]
-            timings = chunk.get("timings") or timings
-            if item.single_call and self.decoder.has_call(item, out):
-                stopped_early = not chunk.get("stop")
-                break
+        try:
+            for chunk in sse(self.client, self.url + "/completion", body):
+                if chunk.get("tokens"):
+                    first = first or time.perf_counter()
+                    out += chunk["tokens"]
+                timings = chunk.get("timings") or timings
+                if item.single_call and self.decoder.has_call(item, out):
+                    stopped_early = not chunk.get("stop")
+                    break
+        except httpx.TransportError as exc:  # the process died: say why
+            raise RuntimeError(f"{self.name} on {item.key}: {exc} (exit status "
+                               f"{self.server.proc.poll()}); its log ends:\n"
+                               f"{self.server.tail()}") from exc
         seconds = time.perf_counter() - t0
         if stopped_early:
             # The server may still be generating for the closed stream: wait it out
@@ -72,4 +78,6 @@ class LlamaServerHTTP:
             self.client.post(self.url + "/completion",
                              json={"prompt": prompt_ids[:1], "n_predict": 1, "cache_prompt": False})
         o = self.decoder.finish(item, out, seconds, (first or t0) - t0, None)
-        return with_drafts(o, timings)
+        cached = timings.get("cache_n")
+        return with_drafts(replace(o, cached=cached if isinstance(cached, int) else None),
+                           timings)

@@ -1,39 +1,117 @@
-"""llama.cpp's own server (from the prebuilt `xllamacpp` wheel) as a peer process.
+"""llama.cpp's own server as the bench's peer: the native binary, else the xllamacpp fallback.
+
+The fair peer is the ``llama-server`` that ``make peers`` builds from the
+llama.cpp source the engine is built from, with the same flags, and puts next
+to this interpreter (``.venv/bin/llama-server``, `native_binary`). Where it is
+missing, the bench runs llama.cpp's server from the prebuilt xllamacpp wheel
+instead (this module's `main`):
 
     python -m ffwd.bench.systems.llama_server --model FILE.gguf --port N [--threads T]
         [--ctx N] [--batch N] [--spec MODE]
 
-Serves llama-server's HTTP API (``/completion``, ``/v1/chat/completions``,
-``/health``) on loopback until terminated: one slot, the given threads,
-context and batch sizes, and the full-size sliding-window cache ffwd's
-llama.cpp backend uses, so both run the same GGUF the same way.
+That wheel is a portable build (AVX2 at most), so on a newer CPU its kernels
+are slower than the engine's: every report names it as the fallback, never as
+a fair peer (`build`).
 
-``--spec`` turns on one of llama.cpp's draft-free speculation modes
-(`MODES`, its ``--spec-type``) with llama.cpp's own defaults for that
-mode, as a user of ``llama-server --spec-type MODE`` gets them. Some keep
-state from one request to the next (``ngram-mod``'s hash pool is shared by
-all requests, ``ngram-map-k`` drafts more on a prompt it saw before): only a
-fresh process starts empty. Each response's ``timings`` then carries
-``draft_n`` (ids drafted) and ``draft_n_accepted`` (ids kept).
+Both serve llama-server's HTTP API (``/completion``, ``/health``) on loopback
+until terminated, the same way: one slot, the given threads (prompt and
+decode), context and batch sizes, the full-size sliding-window cache ffwd's
+llama.cpp backend uses, no warm-up (the bench warms every system alike) and
+no host-memory prompt cache (ffwd's servers run with ``--prompt-cache-bytes
+0``; the live slot still serves a growing conversation's prefix).
+
+``--spec`` turns on one of llama.cpp's draft-free speculation modes (`MODES`,
+its ``--spec-type``) with llama.cpp's own defaults for that mode, as a user of
+``llama-server --spec-type MODE`` gets them. Some keep state from one request
+to the next (``ngram-mod``'s hash pool is shared by all requests,
+``ngram-map-k`` drafts more on a prompt it saw before): only a fresh process
+starts empty. Each response's ``timings`` then carries ``draft_n`` (ids
+drafted) and ``draft_n_accepted`` (ids kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import signal
+import subprocess
 import sys
 import threading
+from pathlib import Path
+from typing import Any
 
 from ffwd.bench.systems.names import EXTRA_SPEC_MODES, SPEC_MODES
 
 MODES = (*SPEC_MODES, *EXTRA_SPEC_MODES)  # llama-server's --spec-type names, no draft model
+NATIVE = "native"
+FALLBACK = "xllamacpp"
 
 
-def system_info() -> str:
-    """The instruction sets the xllamacpp wheel was compiled for (it is a portable build)."""
-    import xllamacpp
+def native_binary() -> Path | None:
+    """``make peers``'s ``llama-server`` beside this interpreter, if it is there."""
+    # The venv's bin directory, not where its python symlink points.
+    path = Path(sys.executable).parent / "llama-server"
+    return path if path.is_file() else None
 
-    return str(xllamacpp.get_system_info()).strip()
+
+def command(
+    gguf: str, port: int, threads: int, ctx: int, batch: int, spec: str | None = None
+) -> list[str]:
+    """The command line of the peer server: the native binary where it is built, else
+    this module on xllamacpp (the same settings either way)."""
+    if spec is not None and spec not in MODES:
+        raise ValueError(f"unknown speculation mode {spec!r}; expected one of {MODES}")
+    binary = native_binary()
+    if binary is None:
+        return [sys.executable, "-m", __name__, "--model", gguf, "--port", str(port),
+                "--threads", str(threads), "--ctx", str(ctx), "--batch", str(batch),
+                *(["--spec", spec] if spec else [])]
+    return [str(binary), "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
+            "--threads", str(threads), "--threads-batch", str(threads),
+            "--ctx-size", str(ctx), "--batch-size", str(batch), "--ubatch-size", str(batch),
+            "--parallel", "1", "--swa-full", "--no-warmup", "--no-webui", "--cache-ram", "0",
+            *(["--spec-type", spec] if spec else [])]
+
+
+def build() -> dict[str, Any]:
+    """Which server the llama-server systems run, and llama.cpp's build line for it:
+    ``{"kind": "native" | "xllamacpp", "version", "system_info"}`` (native: and ``binary``)."""
+    binary = native_binary()
+    if binary is None:
+        from importlib import metadata
+
+        import xllamacpp
+
+        return {"kind": FALLBACK, "version": metadata.version("xllamacpp"),
+                "system_info": str(xllamacpp.get_system_info()).strip()}
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    version = (out.stdout + out.stderr).partition("\n")[0].strip().removeprefix("version: ")
+    return {"kind": NATIVE, "binary": str(binary), "version": version,
+            "system_info": native_system_info(binary)}
+
+
+def native_system_info(binary: Path) -> str:
+    """The native server's build line (``CPU : SSE3 = 1 | AVX = 1 | ...``).
+
+    The server logs it at trace verbosity before it loads a model: with no model it
+    would start as a router, so it is given one that does not exist and exits.
+    """
+    out = subprocess.run(
+        [str(binary), "--verbosity", "4", "--model", "/nonexistent/ffwd-bench-probe.gguf",
+         "--host", "127.0.0.1", "--port", "0"],
+        capture_output=True, text=True, timeout=60, check=False)
+    return parse_system_info(out.stdout + out.stderr)
+
+
+def parse_system_info(log: str) -> str:
+    """The instruction-set part of llama.cpp's ``system_info:`` log line ('' if none).
+
+    >>> parse_system_info("x\\nsystem_info: n_threads = 2 / 2 | CPU : AVX = 1 | AVX2 = 1 | \\n")
+    'CPU : AVX = 1 | AVX2 = 1 |'
+    """
+    m = re.search(r"system_info: n_threads = [^|]*\| (.*)", log)
+    return m.group(1).strip() if m else ""
 
 
 def spec_type(mode: str) -> object:
@@ -48,6 +126,7 @@ def spec_type(mode: str) -> object:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The xllamacpp fallback: llama-server's API in this process, until SIGTERM."""
     p = argparse.ArgumentParser(prog="python -m ffwd.bench.systems.llama_server")
     p.add_argument("--model", required=True, help="a .gguf file")
     p.add_argument("--port", type=int, required=True)
@@ -71,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = args.threads
     params.swa_full = True
     params.warmup = False  # the bench warms every system up the same way
+    params.cache_ram_mib = 0  # as the native server's --cache-ram 0
     params.verbosity = 3 if args.verbose else 0
     if args.spec:
         params.speculative.types = [spec_type(args.spec)]

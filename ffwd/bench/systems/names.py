@@ -5,7 +5,9 @@ A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the ba
 * an ffwd system (``ffwd-off``, ``ffwd-echo``, ...): the engine its server runs
   on (`ENGINES`), ``ffwd-off:transformers``; bare, the bench's ``--backend``;
   or ``kv-TYPE`` (`KV_VARIANTS`): llama.cpp with that KV cache type instead of
-  the default (``--kv-cache``), ``ffwd-echo:kv-f16``;
+  the default (``--kv-cache``), ``ffwd-echo:kv-f16``; or ``deterministic``:
+  the server's exact mode (``ffwd serve --deterministic``, bit-identical greedy
+  output), ``ffwd-echo:deterministic``, beside the default fast mode in one run;
 * ``llama-server``: one of llama.cpp's draft-free speculation modes
   (`SPEC_MODES`, its ``--spec-type``), ``llama-server:ngram-mod``: a variant
   of the same server on the same engine, not an engine;
@@ -15,15 +17,18 @@ A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the ba
 fields keep the two meanings apart, and refuses any other name.
 
 >>> parse_system("ffwd-off:transformers")
-SystemName(base='ffwd-off', engine='transformers', spec=None, kv=None)
+SystemName(base='ffwd-off', engine='transformers', spec=None, kv=None, deterministic=False)
 >>> parse_system("llama-server:ngram-mod")
-SystemName(base='llama-server', engine=None, spec='ngram-mod', kv=None)
+SystemName(base='llama-server', engine=None, spec='ngram-mod', kv=None, deterministic=False)
 >>> parse_system("ffwd-echo:kv-f16").name
 'ffwd-echo:kv-f16'
+>>> parse_system("ffwd-echo:deterministic").deterministic
+True
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 FFWD_FILLS = ("off", "strict", "echo")
@@ -33,6 +38,7 @@ NO_RECALL = "-norecall"  # ffwd-echo with {"ffwd": {"recall": false}}: echo with
 ECHO_NO_RECALL = "ffwd-echo" + NO_RECALL
 ENGINES = ("llamacpp", "transformers")
 KV_VARIANTS = ("kv-f16", "kv-q8_0", "kv-bf16")  # llama.cpp with that KV cache type
+DETERMINISTIC = "deterministic"  # ffwd serve --deterministic: the exact mode
 LLAMA_SERVER = "llama-server"
 # llama-server's draft-free speculation modes (--spec-type), each with llama.cpp's defaults.
 SPEC_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
@@ -54,11 +60,14 @@ class SystemName(NamedTuple):
     engine: str | None = None  # ffwd systems: the engine after the colon (None: --backend)
     spec: str | None = None  # llama-server: the speculation mode after the colon (None: off)
     kv: str | None = None  # ffwd on llama.cpp: the KV cache type (None: the server's default)
+    deterministic: bool = False  # ffwd: the server runs with --deterministic
 
     @property
     def name(self) -> str:
-        variant = f"kv-{self.kv}" if self.kv else self.engine or self.spec
+        variant = (DETERMINISTIC if self.deterministic else
+                   f"kv-{self.kv}" if self.kv else self.engine or self.spec)
         return f"{self.base}:{variant}" if variant else self.base
+
 
 
 def parse_system(name: str) -> SystemName:
@@ -72,6 +81,8 @@ def parse_system(name: str) -> SystemName:
         return SystemName(base, engine=variant)
     if base in SERVED and variant in KV_VARIANTS:
         return SystemName(base, engine="llamacpp", kv=variant.removeprefix("kv-"))
+    if base in SERVED and variant == DETERMINISTIC:
+        return SystemName(base, deterministic=True)
     if base == LLAMA_SERVER and variant in (*SPEC_MODES, *EXTRA_SPEC_MODES):
         return SystemName(base, spec=variant)
     raise ValueError(f"system {name!r}: {_variants(base)}")
@@ -79,8 +90,8 @@ def parse_system(name: str) -> SystemName:
 
 def _variants(base: str) -> str:
     if base in SERVED:
-        return "an ffwd system may name an engine or a KV cache type: " + ", ".join(
-            (*ENGINES, *KV_VARIANTS))
+        return "an ffwd system may name an engine, a KV cache type or its mode: " + ", ".join(
+            (*ENGINES, *KV_VARIANTS, DETERMINISTIC))
     if base == LLAMA_SERVER:
         return "llama-server may name a speculation mode: " + ", ".join(
             (*SPEC_MODES, *EXTRA_SPEC_MODES))
@@ -97,6 +108,26 @@ def ffwd_settings(base: str) -> tuple[str, bool, bool]:
         raise ValueError(f"{base!r} is not an ffwd system")
     fill = base.removeprefix("ffwd-").removesuffix(NO_GRAMMAR).removesuffix(NO_RECALL)
     return fill, not base.endswith(NO_GRAMMAR), not base.endswith(NO_RECALL)
+
+
+def prefill_systems(names: Sequence[str]) -> list[str]:
+    """One of `names` per engine setup: systems that differ only in how they decode
+    (fill mode, speculation, prompt lookup) prefill alike, so the prefill rows run
+    one of each, the plain one where it is listed.
+
+    >>> prefill_systems(["ffwd-echo", "ffwd-off", "ffwd-echo:deterministic",
+    ...                  "llama-server:ngram-mod", "llama-server", "hf-prompt-lookup"])
+    ['ffwd-off', 'ffwd-echo:deterministic', 'llama-server', 'hf-prompt-lookup']
+    """
+    groups: dict[tuple[str | bool | None, ...], list[str]] = {}
+    for name in names:
+        n = parse_system(name)
+        key = (("ffwd", n.engine, n.kv, n.deterministic) if n.base in SERVED
+               else (n.base.split("-")[0],))  # llama, hf
+        groups.setdefault(key, []).append(name)
+    plain = {"ffwd-off", LLAMA_SERVER, "hf-generate"}
+    return [next((n for n in group if n.partition(":")[0] in plain and parse_system(n).spec
+                  is None), group[0]) for group in groups.values()]
 
 
 def known_systems() -> str:

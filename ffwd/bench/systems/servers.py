@@ -4,10 +4,12 @@
 waits for its ``/health``, and stops it (its own process only). The two kinds:
 
 * `ffwd_server`: ``ffwd serve`` on one engine, fill off by default (each
-  request names its mode), no prompt cache, the bench's thread count.
-* `llama_server`: llama.cpp's own server (`ffwd.bench.systems.llama_server`) on the
-  same GGUF, threads, context and batch size, optionally with one of its
-  draft-free speculation modes.
+  request names its mode), no prompt cache, the bench's thread count,
+  optionally ``--deterministic``.
+* `llama_server`: llama.cpp's own server (the native build, else the xllamacpp
+  fallback: `ffwd.bench.systems.llama_server`) on the same GGUF, threads,
+  context and batch size, optionally with one of its draft-free speculation
+  modes.
 """
 
 from __future__ import annotations
@@ -91,14 +93,16 @@ class ChildServer:
 
 
 def ffwd_server(
-    model: str, backend: str, threads: int, dtype: str, kv_cache: str | None = None
+    model: str, backend: str, threads: int, dtype: str, kv_cache: str | None = None,
+    deterministic: bool = False,
 ) -> ChildServer:
-    """``ffwd serve`` on `backend` (llama.cpp: `kv_cache`, None for its default);
-    FFWD_FILL_* settings in the environment apply."""
+    """``ffwd serve`` on `backend` (llama.cpp: `kv_cache`, None for its default; the
+    exact mode where `deterministic`); FFWD_FILL_* settings in the environment apply."""
     port = free_port()
     cmd = [sys.executable, "-m", "ffwd.cli", "serve", "--model", model, "--backend", backend,
            "--threads", str(threads), "--port", str(port), "--prompt-cache-bytes", "0",
-           "--fill", "off", "--dtype", dtype, *(["--kv-cache", kv_cache] if kv_cache else [])]
+           "--fill", "off", "--dtype", dtype, *(["--kv-cache", kv_cache] if kv_cache else []),
+           *(["--deterministic"] if deterministic else [])]
     return ChildServer(f"ffwd-{backend}", cmd, port)
 
 
@@ -106,9 +110,8 @@ def llama_server(
     gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None
 ) -> ChildServer:
     """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off)."""
+    from ffwd.bench.systems.llama_server import command
+
     port = free_port()
-    cmd = [sys.executable, "-m", "ffwd.bench.systems.llama_server", "--model", gguf,
-           "--port", str(port), "--threads", str(threads), "--ctx", str(n_ctx),
-           "--batch", str(n_batch),
-           *(["--spec", spec] if spec else [])]
+    cmd = command(gguf, port, threads, n_ctx, n_batch, spec)
     return ChildServer("llama-server" + (f"-{spec}" if spec else ""), cmd, port)

@@ -17,6 +17,11 @@ arguments and Python installation:
 * ``agent``: `limit` multi-turn coding-agent conversations (four requests
   each: read a file, edit a function, write it back, close the ticket), over
   tasks that recur across conversations (`ffwd.bench.workloads.agent`).
+* ``prefill``: cold prompts of about 1k to 8k ids of standard-library source,
+  and a conversation that grows toward the context window, timed to the first
+  id (`ffwd.bench.workloads.prefill`; `limit` does not apply).
+* ``contention``: no items; one ffwd system's decode speed alone and beside
+  other processes (`ffwd.bench.contention`).
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ from __future__ import annotations
 import ast
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ffwd.bench.workloads.agent import agent_items
 from ffwd.bench.workloads.items import Function, Item, functions
+from ffwd.bench.workloads.prefill import prefill_items
 
-WORKLOADS = ("tools", "echo", "prose", "agent")
+WORKLOADS = ("tools", "echo", "prose", "agent", "prefill", "contention")
 TOOL_CHOICES = ("required", "auto")
 DEFAULT_BFCL = ("simple_python", "multiple")
 
@@ -195,8 +202,12 @@ def select(
     seed: int = 0,
     bfcl: tuple[str, ...] = DEFAULT_BFCL,
     quick: bool = False,
+    *,
+    count: Callable[[str], int] | None = None,
+    context: int = 8192,
 ) -> list[Item]:
-    """All items of `workloads` (see the module docstring)."""
+    """All items of `workloads` (see the module docstring); ``prefill`` sizes its
+    prompts with `count` (the served tokenizer's ids of a text) to fit `context`."""
     sizes = QUICK if quick else FULL
     out: list[Item] = []
     if "tools" in workloads:
@@ -208,4 +219,18 @@ def select(
     if "agent" in workloads:
         out += agent_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap,
                            modules=ECHO_MODULES)
+    if "prefill" in workloads:
+        if count is None:
+            raise ValueError("the prefill workload needs the tokenizer's count")
+        out += prefill_items(count, context, quick=quick, modules=ECHO_MODULES)
     return out
+
+
+CONTENTION_TOKENS = 200  # as the issue that asked for the row timed `ffwd generate`
+
+
+def contention_item(seed: int, quick: bool = False) -> Item:
+    """The request the contention row times: a prose question, 200 output ids at most
+    (--quick: the prose budget)."""
+    item = prose_items(1, seed, QUICK.prose if quick else CONTENTION_TOKENS)[0]
+    return Item("contention", item.id, item.messages, item.max_tokens)

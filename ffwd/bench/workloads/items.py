@@ -18,7 +18,7 @@ from typing import Any
 class Item:
     """One prompt of one workload row, with everything a system needs to run it."""
 
-    workload: str  # the report row: tools/required, tools/auto, echo, prose
+    workload: str  # the report row: tools/required, tools/auto, echo, prose, agent, prefill
     id: str
     messages: list[dict[str, Any]]
     max_tokens: int
@@ -26,6 +26,9 @@ class Item:
     tool_choice: str | None = None
     single_call: bool = False  # stop once the output parses as a complete call
     kind: str = ""  # what the item exercises (echo: edit/requote; tools: category)
+    # Continues the previous item's conversation: the system keeps what it cached for
+    # that one (its prompt is this one's prefix) instead of starting cold.
+    warm: bool = False
 
     @property
     def key(self) -> str:
