@@ -53,12 +53,14 @@ def corpus(modules: Sequence[str]) -> list[str]:
     return lines
 
 
-def take(lines: Sequence[str], start: int, ids: int, count: Callable[[str], int]) -> int:
-    """The end of the longest run of `lines` from `start` that counts at most `ids`."""
+def take(lines: Sequence[str], start: int, ids: int, count: Callable[[str], int],
+         wrap: Callable[[str], str] = str) -> int:
+    """The end of the longest run of `lines` from `start` whose text, as `wrap` puts it
+    in a message, counts at most `ids`."""
     lo, hi = start, len(lines)
     while lo < hi:  # the largest end whose text fits (the count grows with the end)
         mid = (lo + hi + 1) // 2
-        if count("".join(lines[start:mid])) <= ids:
+        if count(wrap("".join(lines[start:mid]))) <= ids:
             lo = mid
         else:
             hi = mid - 1
@@ -79,10 +81,9 @@ def _ask(code: str) -> str:
 def cold_items(lines: Sequence[str], count: Callable[[str], int], budget: int,
                sizes: PrefillSizes) -> tuple[list[Item], int]:
     """One request per cold size, each on source after the last one's; and the next line."""
-    wrapper = count(_ask("")) + MARKUP
     out, start = [], 0
     for size in sizes.cold:
-        end = take(lines, start, min(size, budget) - wrapper, count)
+        end = take(lines, start, min(size, budget) - MARKUP, count, _ask)
         messages = [{"role": "user", "content": _ask("".join(lines[start:end]))}]
         out.append(Item("prefill", f"cold:{label(size)}", messages, sizes.max_tokens,
                         kind="cold"))
@@ -97,10 +98,10 @@ def conversation(lines: Sequence[str], start: int, count: Callable[[str], int], 
     used = count(REVIEW) + MARKUP
     out: list[Item] = []
     for turn in range(1, sizes.turns + 1):
-        room = min(sizes.turn, budget - used - 2 * PER_MESSAGE - count(_ask("")))
+        room = min(sizes.turn, budget - used - 2 * PER_MESSAGE)
         if room < sizes.turn // 2 or start >= len(lines):
             break
-        end = take(lines, start, room, count)
+        end = take(lines, start, room, count, _ask)
         ask = {"role": "user", "content": _ask("".join(lines[start:end]))}
         out.append(Item("prefill", f"turn:{turn}", [*history, ask], sizes.max_tokens,
                         kind="turn", warm=turn > 1))
