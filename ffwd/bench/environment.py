@@ -64,10 +64,18 @@ def builds(names: Sequence[SystemName], engine: str) -> dict[str, Any]:
                 "built like the engine (not a fair peer; `make peers` builds the native one)"
                 if server["kind"] == FALLBACK
                 else f"native, built like the engine by `make peers` ({server['version']}): "
-                     f"{server['binary']}")
+                     f"{_short(server['binary'])}")
         out.append({"systems": LLAMA_SERVER, "build": what,
                     "system_info": server["system_info"]})
     return {"builds": out, "llama_server": server}
+
+
+def _short(path: str) -> str:
+    """`path` from the working directory where it lies under it (no home paths in READMEs)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return path
 
 
 def cpu_name() -> str:

@@ -3,8 +3,9 @@
 * ``ffwd-off``, ``ffwd-strict``, ``ffwd-echo``: streamed chat requests to an
   ``ffwd serve`` process (`ffwd_http`, started by `servers`), timed by the client, so the
   serving path (HTTP, template, tool rows, parsing) is in every figure. A
-  bare name runs on the bench's ``--backend``; ``ffwd-off:transformers`` (or
-  ``:llamacpp``) names the engine (`names`). ``ffwd-off`` sends a
+  bare name runs on the bench's ``--backend`` in the server's default mode;
+  ``ffwd-off:transformers`` (or ``:llamacpp``) names the engine,
+  ``ffwd-off:deterministic`` the exact mode (`names`). ``ffwd-off`` sends a
   forced call (``tool_choice=required``) as ``auto``: the same prompt, decoded
   plainly, where the server would otherwise force the call through the strict
   tier, and without the grammar. ``ffwd-echo-norecall`` is ``ffwd-echo`` with
@@ -14,7 +15,8 @@
 * ``llama-server``: llama.cpp's own server on the same GGUF, sent the very
   prompt ids ffwd renders (``/completion`` takes ids), greedy, the same
   ``max_tokens``, stopping at its end-of-generation ids (`llama_http`; the process:
-  `llama_server`).
+  `llama_server`, the native build of ``make peers``, else the xllamacpp
+  fallback, which reports name as such).
   ``llama-server:ngram-mod`` (``:ngram-simple``, ``:ngram-map-k``,
   ``:ngram-cache``; ``:ngram-map-k4v`` not by default) is the same server with
   that draft-free speculation mode on; the ids it drafted and kept (its
