@@ -12,7 +12,8 @@ count and, now and then, tries each neighbouring count for a few steps, and
 moves to whichever was fastest. On a quiet machine the configured count wins
 every trial and the trials grow rarer (a trial at fewer threads costs a few
 slower steps); a step far slower than that count's usual time starts a trial
-at once, so contention is met within a few steps, and left again when it ends.
+at once (before any trial, "usual" is what the cost curve measured on quiet
+cores), so contention is met within a few steps, and left again when it ends.
 
 >>> chooser = ThreadChooser(2, every=4, trial=2)
 >>> [chooser.observe(10.0) for _ in range(4)]   # quiet: 4 steps, then a trial of 1 thread
@@ -55,6 +56,7 @@ class ThreadChooser:
     """Feed it each one-id step's milliseconds; it says when to change the thread count."""
 
     threads: int  # the configured count, the most it will use
+    expected: float | None = None  # ms of a step at `threads` on quiet cores (the cost curve)
     every: int = 64  # steps at the current count before the next trial (doubles up to MAX)
     trial: int = 3  # steps timed per count on trial
     current: int = 0
@@ -79,6 +81,8 @@ class ThreadChooser:
             return self._next() if full else None
         self._since += 1
         usual = self._usual.get(self.current)
+        if usual is None and self.current == self.threads:
+            usual = self.expected  # until a trial has timed this count here
         slow = full and usual is not None and median(self._recent) > SLOW * usual
         if self._since < self._wait and not slow:
             return None

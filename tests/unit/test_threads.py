@@ -59,6 +59,16 @@ def test_shared_cores_move_to_fewer_threads_within_a_few_steps() -> None:
     assert counts[200:].count(1) >= 0.9 * 1800
 
 
+def test_the_cost_curve_says_a_first_step_is_slow() -> None:
+    # Shared from the start: the quiet cost of a step (10 ms) shows the first steps are slow.
+    chooser = ThreadChooser(2, expected=10.0)
+    counts, _ = run(chooser, shared, 100)
+    assert counts.index(1) <= chooser.trial
+    blind = ThreadChooser(2)  # without it, only the first scheduled trial finds out
+    counts, _ = run(blind, shared, 100)
+    assert counts.index(1) == blind.every
+
+
 def test_the_cores_freed_again_bring_the_threads_back() -> None:
     chooser = ThreadChooser(2)
     counts, _ = run(chooser, lambda s, t: shared(s, t) if s < 500 else quiet(s, t), 3000)
