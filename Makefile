@@ -61,7 +61,8 @@ lint: install
 	$(BIN)/ruff check ffwd tests tools
 	$(BIN)/mypy ffwd tools
 
-test: lint
+# The bench's tests run llama.cpp's own server built like the engine (`peers`).
+test: lint peers
 	$(BIN)/python -m pytest -q tests
 
 serve: install
