@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.bench.systems.names import LLAMA_SERVER, SERVED, SystemName, parse_system
+from ffwd.engine.native import cpu_model
 
 
 def environment(
@@ -30,7 +31,7 @@ def environment(
     from ffwd.engine.native import system_info
 
     return {
-        "cpu": cpu_name(), "cpu_count": os.cpu_count(), "threads": threads,
+        "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": threads,
         "python": platform.python_version(), "torch": torch.__version__,
         "transformers": transformers.__version__, "llama_cpp": version("llama-cpp-python"),
         "llama_cpp_system_info": system_info(), "backend": engine,
@@ -76,16 +77,6 @@ def _short(path: str) -> str:
         return str(Path(path).relative_to(Path.cwd()))
     except ValueError:
         return path
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def version(dist: str) -> str | None:
