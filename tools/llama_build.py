@@ -32,7 +32,8 @@ from pathlib import Path
 
 PEERS = ("llama-server", "llama-bench")
 PEER_ARGS = ("-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
-             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF")
+             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_CURL=OFF", "-DBUILD_SHARED_LIBS=OFF",
+             "-DLLAMA_USE_PREBUILT_UI=OFF")  # no web UI: nothing to download
 
 
 def cache_root() -> Path:
