@@ -15,6 +15,7 @@ class Flip:
     """A chooser that moves between two and one thread every step."""
 
     current = 2
+    expected: float | None = None
 
     def observe(self, ms: float) -> int:
         self.current = 3 - self.current
