@@ -37,22 +37,33 @@ def client(server: Server) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
 
 
+def assert_valid(calls: list[tuple[str, str]], finish: str | None) -> None:
+    """Every call names a declared tool and its arguments match that tool's schema; a reply
+    cut by max_tokens may end inside its last call."""
+    assert calls
+    for name, arguments in calls[: -1 if finish == "length" else None]:
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+
+
 def test_required_returns_a_valid_call_plain_and_streamed(server: Server) -> None:
+    # On the default (f16 KV) the streamed reply may differ from the plain one (the prompt
+    # cache is warm by then); each must hold valid calls. Identity is --deterministic's:
+    # test_server.test_streamed_tool_calls_equal_the_whole_ones.
     reply = client(server).chat.completions.create(**WHY)
-    calls = reply.choices[0].message.tool_calls
-    assert calls, reply.choices[0].message
-    cut = reply.choices[0].finish_reason == "length"  # then the last call is as far as written
-    for call in calls[: -1 if cut else None]:
-        fn = call.function  # type: ignore[union-attr]
-        jsonschema.validate(json.loads(fn.arguments), SCHEMAS[fn.name])
+    choice = reply.choices[0]
+    assert choice.message.tool_calls, choice.message
+    assert_valid([(c.function.name, c.function.arguments)
+                  for c in choice.message.tool_calls], choice.finish_reason)
     streamed: dict[int, list[str]] = {}
+    finish = None
     for chunk in client(server).chat.completions.create(**WHY, stream=True):
         for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
             name, args = streamed.setdefault(d.index, ["", ""]), d.function
             name[0] += (args.name or "") if args else ""
             name[1] += (args.arguments or "") if args else ""
-    assert [streamed[i] for i in sorted(streamed)] == [
-        [c.function.name, c.function.arguments] for c in calls]  # type: ignore[union-attr]
+        finish = (chunk.choices[0].finish_reason if chunk.choices else None) or finish
+    assert finish in ("tool_calls", "length")
+    assert_valid([(streamed[i][0], streamed[i][1]) for i in sorted(streamed)], finish)
 
 
 def test_response_format_json_schema_content_validates(server: Server) -> None:
