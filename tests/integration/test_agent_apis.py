@@ -99,9 +99,12 @@ def test_messages_plain_stream_tools_round_trip_and_errors(server: Server) -> No
     kw: Any = {"model": "default", "max_tokens": 16, "extra_body": {"temperature": 0},
                "messages": [{"role": "user", "content": "Name a color."}]}
     whole = c.messages.create(**kw)
-    with c.messages.stream(**kw) as stream:
+    assert whole.content[0].text  # type: ignore[union-attr]
+    with c.messages.stream(**kw) as stream:  # its deltas add up to the message it ends with
         text = "".join(stream.text_stream)
-    assert text == whole.content[0].text  # type: ignore[union-attr]
+        final = stream.get_final_message()
+    assert text and text == final.content[0].text  # type: ignore[union-attr]
+    assert final.stop_reason in ("end_turn", "max_tokens")
     ask: Any = [{"role": "user", "content": ASK}]
     msg = c.messages.create(model="default", max_tokens=64, tools=[WEATHER_TOOL],  # type: ignore[list-item]
                             tool_choice={"type": "any", "disable_parallel_tool_use": True},

@@ -41,7 +41,9 @@ def cluster() -> Iterator[Server]:
     # --max-queue 4: Ray counts requests still being routed as queued, so the four
     # first turns sent at once below need room for four.
     # llama.cpp (auto for the embedded GGUF on the CPU), one thread per replica.
-    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo")
+    # --deterministic: a request gives the same ids on either replica, so streamed == plain.
+    s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo",
+               "--deterministic")
     try:
         _wait_for(s, "ffwd serving", 300)  # printed once every replica is running
         yield s
