@@ -336,7 +336,7 @@ class LlamaCppBackend(CacheBookkeeping):
     def _observe_step(self, ms: float) -> None:
         if self._threads.expected is None and self.cost is not None:
             self._threads.expected = self.cost.last.get(1)  # a step on quiet cores
-        count = self._threads.observe(ms)
+        count = self._threads.observe(ms, len(self._ids))
         if count is not None:
             self._lib.llama_set_n_threads(self._ctx, count, count)
 

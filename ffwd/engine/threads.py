@@ -14,6 +14,9 @@ every trial and the trials grow rarer (a trial at fewer threads costs a few
 slower steps); a step far slower than that count's usual time starts a trial
 at once (before any trial, "usual" is what the cost curve measured on quiet
 cores), so contention is met within a few steps, and left again when it ends.
+A step's time grows with the ids in the cache (an 8k-id cache makes a step
+several times slower), so "usual" is kept per count and per cache size within
+a factor of two (`size_class`): a step timed at 8k ids says nothing of one at 300.
 
 >>> chooser = ThreadChooser(2, every=4, trial=2)
 >>> [chooser.observe(10.0) for _ in range(4)]   # quiet: 4 steps, then a trial of 1 thread
@@ -39,6 +42,15 @@ SLOW = 2.0  # a step this many times the count's usual time starts a trial at on
 MAX_EVERY = 1024  # steps between trials once the current count keeps winning
 
 
+def size_class(context: int) -> int:
+    """The class of a cache of `context` ids: sizes within a factor of two share one.
+
+    >>> [size_class(n) for n in (0, 1, 300, 511, 512, 8000)]
+    [0, 1, 9, 9, 10, 13]
+    """
+    return context.bit_length()
+
+
 def candidates(threads: int) -> tuple[int, ...]:
     """The counts worth trying: `threads`, then halves down to one.
 
@@ -61,10 +73,12 @@ class ThreadChooser:
     trial: int = 3  # steps timed per count on trial
     current: int = 0
     _recent: deque[float] = field(default_factory=deque)  # the last `trial` steps
-    _usual: dict[int, float] = field(default_factory=dict)  # each count's last trial median
+    # each (count, size_class)'s last trial median
+    _usual: dict[tuple[int, int], float] = field(default_factory=dict)
     _round: dict[int, float] = field(default_factory=dict)  # this trial's medians
     _queue: list[int] = field(default_factory=list)  # counts still to try in this trial
     _trial_of: int = 0  # the count a trial started from
+    _trial_size: int = 0  # the cache's size class when it started
     _since: int = 0
     _wait: int = 0
 
@@ -73,16 +87,18 @@ class ThreadChooser:
         self._recent = deque(maxlen=self.trial)
         self._wait = self.every
 
-    def observe(self, ms: float) -> int | None:
-        """Note a one-id step of `ms` at the current count; return a new count or None."""
+    def observe(self, ms: float, context: int = 0) -> int | None:
+        """Note a one-id step of `ms` at the current count, `context` ids in the cache;
+        return a new count or None."""
         self._recent.append(ms)
         full = len(self._recent) == self.trial
         if self._round:  # on trial: move on once this count has its steps
             return self._next() if full else None
         self._since += 1
-        usual = self._usual.get(self.current)
+        size = size_class(context)
+        usual = self._usual.get((self.current, size))
         if usual is None and self.current == self.threads:
-            usual = self.expected  # until a trial has timed this count here
+            usual = self.expected  # until a trial has timed this count at this size
         slow = full and usual is not None and median(self._recent) > SLOW * usual
         if self._since < self._wait and not slow:
             return None
@@ -93,7 +109,7 @@ class ThreadChooser:
         i = counts.index(self.current)
         self._queue = [counts[j] for j in (i + 1, i - 1) if 0 <= j < len(counts)]
         self._round = {self.current: median(self._recent)}
-        self._trial_of = self.current
+        self._trial_of, self._trial_size = self.current, size
         return self._next() if self._queue else self._decide()
 
     def _next(self) -> int | None:
@@ -105,7 +121,7 @@ class ThreadChooser:
 
     def _decide(self) -> int | None:
         best = min(self._round, key=self._round.__getitem__)
-        self._usual.update(self._round)
+        self._usual.update({(c, self._trial_size): ms for c, ms in self._round.items()})
         stayed = best == self._trial_of
         self._wait = min(self._wait * 2, MAX_EVERY) if stayed else self.every
         self._round, self._since = {}, 0

@@ -69,6 +69,24 @@ def test_the_cost_curve_says_a_first_step_is_slow() -> None:
     assert counts.index(1) == blind.every
 
 
+def test_a_step_slow_for_a_short_cache_is_slow_though_long_caches_were_slower() -> None:
+    # A long conversation (8k ids: 30 ms a step on quiet cores) teaches the chooser that
+    # 2 threads is best and trials grow rare; then a short request (7 ms quiet) meets
+    # another process. Its 28 ms steps are slow for its cache, not for 8k ids.
+    chooser = ThreadChooser(2, expected=7.0)
+    long = {2: 30.0, 1: 45.0}
+    for _ in range(3000):
+        count = chooser.observe(long[chooser.current], context=8000)
+    assert chooser.current == 2 and count is None
+    short_shared = {2: 28.0, 1: 11.0}
+    counts = []
+    for _ in range(200):
+        counts.append(chooser.current)
+        chooser.observe(short_shared[chooser.current], context=300)
+    assert counts.index(1) <= 2 * chooser.trial
+    assert counts[50:].count(1) >= 0.9 * 150  # but for a trial of 2 threads now and then
+
+
 def test_the_cores_freed_again_bring_the_threads_back() -> None:
     chooser = ThreadChooser(2)
     counts, _ = run(chooser, lambda s, t: shared(s, t) if s < 500 else quiet(s, t), 3000)
