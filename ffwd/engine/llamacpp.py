@@ -192,6 +192,7 @@ class LlamaCppBackend(CacheBookkeeping):
             self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
         self.load = LoadReport.parse(lines)
         self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
+        self._threads_set = self.threads  # what the context was last told
         self.device_key = device_key(self.n_gpu_layers)
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
@@ -336,9 +337,15 @@ class LlamaCppBackend(CacheBookkeeping):
     def _observe_step(self, ms: float) -> None:
         if self._threads.expected is None and self.cost is not None:
             self._threads.expected = self.cost.last.get(1)  # a step on quiet cores
-        count = self._threads.observe(ms, len(self._ids))
-        if count is not None:
+        self._threads.observe(ms, len(self._ids))
+
+    def _use_threads(self, n_ids: int) -> None:
+        """One-id steps run on the chooser's count (trials included), longer forwards on
+        its settled one; llama.cpp is told only when that changes."""
+        count = self._threads.current if n_ids == 1 else self._threads.settled
+        if count != self._threads_set:
             self._lib.llama_set_n_threads(self._ctx, count, count)
+            self._threads_set = count
 
     def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
         """One `llama_decode` of `ids` at the end of the cache; the rows asked for."""
@@ -362,6 +369,7 @@ class LlamaCppBackend(CacheBookkeeping):
             batch.logits[i] = flag
         batch.logits[n - 1] = 1
         # 2. run it. A failure leaves the cache as it was, except a fatal one.
+        self._use_threads(n)
         t0 = time.perf_counter()
         rc = self._lib.llama_decode(self._ctx, batch)
         if n == 1 and rc == 0:  # one-id steps tell whether fewer threads would be faster

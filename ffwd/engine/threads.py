@@ -87,6 +87,12 @@ class ThreadChooser:
         self._recent = deque(maxlen=self.trial)
         self._wait = self.every
 
+    @property
+    def settled(self) -> int:
+        """The count for forwards of many ids: during a trial, the one it started from
+        (a prefill must not run on a count that is only being tried)."""
+        return self._trial_of if self._round else self.current
+
     def observe(self, ms: float, context: int = 0) -> int | None:
         """Note a one-id step of `ms` at the current count, `context` ids in the cache;
         return a new count or None."""

@@ -12,12 +12,14 @@ from tests.engine.backends import _gguf
 
 
 class Flip:
-    """A chooser that moves between two and one thread every step."""
+    """A chooser that moves between two and one thread every step, and would have longer
+    forwards run on one thread."""
 
     current = 2
+    settled = 1
     expected: float | None = None
 
-    def observe(self, ms: float) -> int:
+    def observe(self, ms: float, context: int = 0) -> int:
         self.current = 3 - self.current
         return self.current
 
@@ -45,3 +47,5 @@ def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -
     assert greedy(flipping, 40, seen) == greedy(steady, 40)
     assert set(seen) == {1, 2}
     assert steady.threads_now == 2
+    flipping.forward([5, 6, 7])  # a forward of many ids runs on the settled count
+    assert int(init_llama().llama_n_threads(flipping._ctx)) == Flip.settled

@@ -87,6 +87,16 @@ def test_a_step_slow_for_a_short_cache_is_slow_though_long_caches_were_slower() 
     assert counts[50:].count(1) >= 0.9 * 150  # but for a trial of 2 threads now and then
 
 
+def test_a_trial_leaves_longer_forwards_on_the_count_it_started_from() -> None:
+    chooser = ThreadChooser(2, every=4, trial=2)
+    for _ in range(3):
+        chooser.observe(10.0)
+    assert chooser.observe(10.0) == 1  # a trial of one thread starts
+    assert (chooser.current, chooser.settled) == (1, 2)  # a prefill now still gets two
+    chooser.observe(14.0)
+    assert chooser.observe(14.0) == 2 and chooser.settled == 2
+
+
 def test_the_cores_freed_again_bring_the_threads_back() -> None:
     chooser = ThreadChooser(2)
     counts, _ = run(chooser, lambda s, t: shared(s, t) if s < 500 else quiet(s, t), 3000)
