@@ -63,7 +63,7 @@ from ffwd.engine.native import (
     load_model,
     system_info,
 )
-from ffwd.engine.threads import ThreadChooser
+from ffwd.engine.threads import BUSY, Contention, ThreadChooser
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
@@ -192,7 +192,8 @@ class LlamaCppBackend(CacheBookkeeping):
             self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
         self.load = LoadReport.parse(lines)
         self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
-        self._threads_set = self.threads  # what the context was last told
+        self._threads_set = (self.threads, self.threads)  # (one-id, batch) llama.cpp has
+        self._others = Contention()  # others' use of the CPUs since the last long forward
         self.device_key = device_key(self.n_gpu_layers)
         self._mem = lib.llama_get_memory(self._ctx)
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
@@ -340,12 +341,17 @@ class LlamaCppBackend(CacheBookkeeping):
         self._threads.observe(ms, len(self._ids))
 
     def _use_threads(self, n_ids: int) -> None:
-        """One-id steps run on the chooser's count (trials included), longer forwards on
-        its settled one; llama.cpp is told only when that changes."""
-        count = self._threads.current if n_ids == 1 else self._threads.settled
-        if count != self._threads_set:
-            self._lib.llama_set_n_threads(self._ctx, count, count)
-            self._threads_set = count
+        """One-id steps run on the chooser's count; longer forwards on every thread unless
+        others use the CPUs now (a memory-bound step may gain nothing where a prefill does)."""
+        if n_ids == 1:
+            counts = (self._threads.current, self._threads_set[1])
+        else:
+            share, self._others = self._others.share(), Contention()
+            busy = share is not None and share > BUSY
+            counts = (self._threads_set[0], self._threads.settled if busy else self.threads)
+        if counts != self._threads_set:
+            self._lib.llama_set_n_threads(self._ctx, *counts)
+            self._threads_set = counts
 
     def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
         """One `llama_decode` of `ids` at the end of the cache; the rows asked for."""

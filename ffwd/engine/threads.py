@@ -38,6 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from statistics import median
 
+BUSY = 0.25  # others' share of the CPUs above which the cores count as shared
 SLOW = 2.0  # a step this many times the count's usual time starts a trial at once
 MAX_EVERY = 1024  # steps between trials once the current count keeps winning
 

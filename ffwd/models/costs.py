@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.config import cache_dir
+from ffwd.engine.threads import BUSY
 from ffwd.models.files import ModelRef
 
-BUSY = 0.25  # others' share of the CPUs above which a measured curve is not kept
 log = logging.getLogger("ffwd.models")
 
 

@@ -24,6 +24,16 @@ class Flip:
         return self.current
 
 
+class Share:
+    """Other processes' share of the CPUs, as `threads.Contention` reads it."""
+
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def share(self) -> float:
+        return self.value
+
+
 def greedy(backend: LlamaCppBackend, steps: int, seen: list[int] | None = None) -> list[int]:
     lib = init_llama()
     backend.prefill([3, 9, 4, 7, 11, 5])
@@ -47,5 +57,9 @@ def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -
     assert greedy(flipping, 40, seen) == greedy(steady, 40)
     assert set(seen) == {1, 2}
     assert steady.threads_now == 2
-    flipping.forward([5, 6, 7])  # a forward of many ids runs on the settled count
-    assert int(init_llama().llama_n_threads(flipping._ctx)) == Flip.settled
+    # A forward of many ids: every thread while the CPUs are otherwise idle, the settled
+    # count while others use them.
+    for others, batch in ((0.0, 2), (0.9, Flip.settled)):
+        flipping._others = Share(others)  # type: ignore[assignment]
+        flipping.forward([5, 6, 7])
+        assert int(init_llama().llama_n_threads_batch(flipping._ctx)) == batch
