@@ -12,7 +12,8 @@ from __future__ import annotations
 from ffwd.engine.backend import Backend
 
 # Measured on the default path (the embedded model, f16 KV cache, 2 threads) with
-# `python -m ffwd.bench.agreement --threads 2 --kv-cache f16 --prompts 4 --tokens 1500`.
+# `python -m ffwd.bench.agreement --threads 2 --kv-cache f16 --prompts 4 --tokens 1500`,
+# and end to end by `ffwd bench --workload all --limit 2` (ffwd-echo against ffwd-off).
 AGREEMENT = ("on the embedded model, 0 argmax flips in 6,000 ids decoded one at a time "
              "against 16-id forwards and 0 in 24 cold against warm prefills (logits up to "
              "1.8 apart), but about 4.6 flips per 1000 ids with fill on against off in "
