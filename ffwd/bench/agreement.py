@@ -1,7 +1,8 @@
 """How often a batched forward and one-id forwards pick the same greedy id.
 
     python -m ffwd.bench.agreement [--model default|gemma3|PATH] [--backend auto|...]
-        [--threads 1,2] [--kv-cache auto,f16] [--span 16] [--tokens 320] [--prompts 3]
+        [--threads 1,2] [--kv-cache auto,f16] [--flash-attn on,off] [--span 16]
+        [--tokens 320] [--prompts 3]
 
 Fill appends several ids per forward where plain decoding appends one, so
 greedy fill equals greedy off exactly where the engine gives the same logits
@@ -116,12 +117,13 @@ def measure(backend: Any, prompts: Sequence[list[int]], tokens: int, span: int) 
     return total
 
 
-def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str) -> Any:
-    """A bare backend (no cost curve: nothing here sizes spans by it)."""
+def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str,
+             flash: str) -> Any:
+    """A bare backend (no cost surface: nothing here sizes spans by it)."""
     if engine == "llamacpp":
         from ffwd.engine.llamacpp import LlamaCppBackend
 
-        return LlamaCppBackend(ref.path, threads=threads, kv_cache=kv_cache)
+        return LlamaCppBackend(ref.path, threads=threads, kv_cache=kv_cache, flash_attn=flash)
     from ffwd.engine.hf import HFBackend
     from ffwd.models import load_model
 
@@ -140,7 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dtype", default="float32", help="transformers only")
     p.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     p.add_argument("--kv-cache", default="auto",
-                   help="llama.cpp: comma-separated KV types (auto is the server's default, f16)")
+                   help="llama.cpp: comma-separated KV types (auto: f16)")
+    p.add_argument("--flash-attn", default="on",
+                   help="llama.cpp: comma-separated flash attention settings, on and/or off")
     p.add_argument("--span", type=int, default=16, help="ids per batched forward")
     p.add_argument("--tokens", type=int, default=320, help="greedy ids per prompt")
     p.add_argument("--prompts", type=int, default=3, help=f"how many (at most {len(PROMPTS)})")
@@ -152,16 +156,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = engine_for(ref, args.backend)
     report: dict[str, Any] = {"model": ref.name, "backend": engine, "span": args.span, "runs": []}
     kinds = args.kv_cache.split(",") if engine == "llamacpp" else ["-"]
-    for threads, kv in ((int(t), k) for t in args.threads.split(",") for k in kinds):
-        backend = _backend(ref, engine, args.dtype, threads, kv)
+    flashes = args.flash_attn.split(",") if engine == "llamacpp" else ["-"]
+    for threads, kv, fa in ((int(t), k, f) for t in args.threads.split(",") for k in kinds
+                            for f in flashes):
+        backend = _backend(ref, engine, args.dtype, threads, kv, fa)
         result = measure(backend, prompts, args.tokens, args.span)
-        report["runs"].append({"threads": threads, "kv_cache": kv, **result})
+        report["runs"].append({"threads": threads, "kv_cache": kv, "flash_attn": fa, **result})
         if not args.json:
             for k, v in result.items():
                 rate = 1 - v["flips"] / v["positions"] if v["positions"] else float("nan")
                 per_k = 1000 * v["flips"] / v["positions"] if v["positions"] else float("nan")
                 where = "prefill cold vs warm/one-id" if k == "prefill" else f"cache {k} {SPLIT}"
-                print(f"{ref.name} {engine} threads={threads} kv={kv} {where}: "
+                print(f"{ref.name} {engine} threads={threads} kv={kv} flash={fa} {where}: "
                       f"{v['positions'] - v['flips']}/{v['positions']} argmax agree "
                       f"({rate:.2%}; {per_k:.1f} flips per 1000 ids), "
                       f"max |logit diff| {v['max_abs_diff']}")

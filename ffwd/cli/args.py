@@ -16,6 +16,7 @@ from ffwd.config import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
     FILL_MODES,
+    FLASH_ATTNS,
     KV_CACHES,
     ROUTERS,
     SERVER_DEFAULT_FILL,
@@ -78,9 +79,13 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp context in ids, 0 = the model's up to 8192 (FFWD_CONTEXT; "
                    "default: 0)")
     p.add_argument("--kv-cache", default=None, choices=KV_CACHES,
-                   help="llama.cpp's KV cache type; auto is f16, as llama.cpp's server has "
-                   "it, or with --deterministic q8_0 (bf16 where the heads' sizes do not fit "
-                   "q8_0) (FFWD_KV_CACHE; default: auto)")
+                   help="llama.cpp's KV cache type; auto: f16 and q8_0 are timed with "
+                   "--flash-attn and the fastest kept, or with --deterministic q8_0 (bf16 where "
+                   "the heads' sizes do not fit q8_0) and bf16 (FFWD_KV_CACHE; default: auto)")
+    p.add_argument("--flash-attn", default=None, choices=FLASH_ATTNS,
+                   help="llama.cpp's flash attention; auto: on and off are timed at the first "
+                   "load on this machine and the fastest for agent turns kept (`ffwd info` "
+                   "shows the table) (FFWD_FLASH_ATTN; default: auto)")
     p.add_argument("--deterministic", action="store_const", const=True, default=None,
                    help="bit-identical greedy output however forwards are cut: fill on or off, "
                    "a cold or warm prompt cache, streamed or whole (a q8_0 KV cache, float32, "
@@ -162,6 +167,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
         "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
+        "flash_attn": args.flash_attn,
         "n_gpu_layers": args.n_gpu_layers, "deterministic": args.deterministic,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)

@@ -34,6 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", default=None, help="compute threads (FFWD_THREADS)")
     parser.add_argument("--kv-cache", default=None,
                         help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
+    parser.add_argument("--flash-attn", default=None,
+                        help="llama.cpp: auto|on|off (FFWD_FLASH_ATTN)")
     parser.add_argument("--n-gpu-layers", default=None,
                         help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
     parser.add_argument("--deterministic", action="store_const", const=True, default=None,
@@ -58,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
         engine = resolve_engine_config(overrides={
             "backend": args.backend, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
-            "deterministic": args.deterministic,
+            "flash_attn": args.flash_attn, "deterministic": args.deterministic,
         })
         fill = resolve_fill_config(
             overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}

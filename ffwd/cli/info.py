@@ -34,6 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
     p.add_argument("--threads", default=None, help="torch threads, 0 = default (FFWD_THREADS)")
     p.add_argument("--kv-cache", default=None, help="llama.cpp: auto|q8_0|f16|bf16 (FFWD_KV_CACHE)")
+    p.add_argument("--flash-attn", default=None, help="llama.cpp: auto|on|off (FFWD_FLASH_ATTN)")
+    p.add_argument("--context", default=None, help="llama.cpp context ids (FFWD_CONTEXT)")
     p.add_argument("--deterministic", action="store_const", const=True, default=None,
                    help="the exact path: bit-identical greedy output (FFWD_DETERMINISTIC)")
     p.add_argument("--n-gpu-layers", default=None,
@@ -53,22 +55,27 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
         "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
+        "flash_attn": args.flash_attn, "context": args.context,
         "deterministic": args.deterministic})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
     device = pick_device(engine.device)
     backend = engine_for(ref, engine.backend, device)
-    dtype = _dtype(backend, engine, device, ref)
+    window = _context_window(ref, backend, engine.context)
     tokenizer = load_tokenizer(ref)
     template, tool_format = resolve_template(tokenizer, args.tool_format)
-    promised, promise = greedy_promise(backend, device, dtype, _thread_count(engine.threads))
     if args.measure_cost:
         from ffwd.models import load_backend
 
         load_backend(ref, backend=backend, dtype=engine.dtype, device=device,
                      threads=engine.threads, context=engine.context, kv_cache=engine.kv_cache,
-                     n_gpu_layers=engine.n_gpu_layers, deterministic=engine.deterministic,
-                     tokenizer=tokenizer, measure_cost=True)
+                     flash_attn=engine.flash_attn, n_gpu_layers=engine.n_gpu_layers,
+                     prefill_chunk=engine.prefill_chunk, deterministic=engine.deterministic,
+                     tokenizer=tokenizer, measure_cost=True,
+                     progress=lambda text: print(f"measuring: {text}", file=sys.stderr))
+    costs = _costs(ref, backend, engine, device, window)
+    promised, promise = greedy_promise(backend, device, costs["dtype"],
+                                       _thread_count(engine.threads))
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -77,15 +84,15 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "size": f"{ref.path.stat().st_size / 2**20:.1f} MiB" if ref.path.is_file() else None,
         "backend": backend,
         "device": device,
-        "dtype": _dtype_text(backend, engine, dtype),
+        "dtype": _dtype_text(backend, engine, costs["dtype"]),
         "threads": _threads(engine.threads),
         "template": "the model's own" if template == model_template(tokenizer)
         else f"builtin {tool_format} (the model's own has no tool calls)",
         "tool_format": tool_format,
-        "context_window": _context_window(ref, backend, engine.context),
+        "context_window": window,
         "vocab_size": len(tokenizer),
-        "cost_curve": _cost_curve(ref, backend, dtype, _curve_device(backend, device, engine),
-                                  _thread_count(engine.threads)),
+        "attention": costs["attention"],
+        "cost_surface": costs["surface"],
         "fill_served": fill.mode,
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
@@ -124,20 +131,10 @@ def _native(ref: Any, engine: Any) -> dict[str, Any]:
     return out
 
 
-def _dtype(backend: str, engine: Any, device: str, ref: Any) -> str:
-    """The name the backend gives its weights' type (llama.cpp: the file's and its cache's)."""
-    from ffwd.models import torch_dtype
-
-    if backend == "llamacpp":
-        from ffwd.engine.llamacpp import kv_type_of
-
-        return f"gguf-kv-{kv_type_of(ref.path, engine.kv_cache, engine.deterministic)}"
-    return str(torch_dtype(engine.dtype, device)).removeprefix("torch.")
-
-
 def _dtype_text(backend: str, engine: Any, dtype: str) -> str:
     if backend == "llamacpp":
-        return f"the GGUF file's own, KV cache {dtype.removeprefix('gguf-kv-')}"
+        kv = dtype.removeprefix("gguf-kv-").removesuffix("-noflash")
+        return f"the GGUF file's own, KV cache {kv or 'chosen at the first load'}"
     return f"{dtype} ({engine.dtype})" if engine.dtype == "auto" else dtype
 
 
@@ -166,24 +163,49 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
     return trained
 
 
-def _curve_device(backend: str, device: str, engine: Any) -> str:
-    """The device part of the cost curve's cache key, as the loader names it."""
-    if backend != "llamacpp":
-        return device if device == "cpu" or ":" in device else f"{device}:0"
-    from ffwd.engine.native import device_key, gpu_layers, gpu_offload, system_info
+def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dict[str, Any]:
+    """The measured costs a load found or will make: on llama.cpp the attention table and
+    the chosen path's surface (and the KV cache it names), elsewhere the surface."""
+    from ffwd.models import cost_curve_path, llama_cost_parts, read_cost_curve, torch_dtype
 
-    return device_key(gpu_layers(engine.n_gpu_layers, offload=gpu_offload(), line=system_info()))
+    threads = _thread_count(engine.threads)
+    if backend == "llamacpp":
+        from ffwd.engine.native import device_key, gpu_layers, gpu_offload, system_info
+
+        where = device_key(gpu_layers(engine.n_gpu_layers, offload=gpu_offload(),
+                                      line=system_info()))
+        path = cost_curve_path(ref, "llamacpp", llama_cost_parts(
+            device=where, threads=threads, n_ctx=window, n_batch=engine.prefill_chunk,
+            kv_cache=engine.kv_cache, flash_attn=engine.flash_attn,
+            deterministic=engine.deterministic))
+        table = read_cost_curve(path)
+        if table is None:
+            from ffwd.engine.attention import candidates
+            from ffwd.engine.llamactx import exact_kv_of
+
+            exact = exact_kv_of(ref.path) if engine.deterministic else None
+            paths = candidates(engine.flash_attn, engine.kv_cache, exact)
+            later = ("not measured yet: the first load times "
+                     f"{', '.join(p.name for p in paths)} into {path}")
+            known = len(paths) == 1 or engine.deterministic  # every exact path is exact
+            return {"dtype": _llama_dtype(paths[0].name) if known else "gguf-kv-",
+                    "attention": later, "surface": later}
+        chosen = table.paths[table.chosen].surface
+        return {"dtype": _llama_dtype(table.chosen), "attention": table.describe(window),
+                "surface": f"{chosen.describe()} ({path})"}
+    dtype = str(torch_dtype(engine.dtype, device)).removeprefix("torch.")
+    dev = device if device == "cpu" or ":" in device else f"{device}:0"
+    path = cost_curve_path(ref, "transformers", (dtype, dev, threads))
+    surface = read_cost_curve(path)
+    found = f"{surface.describe()} ({path})" if surface is not None else \
+        f"not measured yet: the first load measures it into {path}"
+    return {"dtype": dtype, "attention": None, "surface": found}
 
 
-def _cost_curve(ref: Any, backend: str, dtype: str, device: str, threads: int) -> str:
-    """The measured forward costs fill sizes its spans by, or where the first load puts them."""
-    from ffwd.models import cost_curve_path, read_cost_curve
-
-    path = cost_curve_path(ref, backend, dtype, device, threads)
-    curve = read_cost_curve(path)
-    if curve is None:
-        return f"not measured yet: the first load measures it into {path}"
-    return f"{curve.describe()} ({path})"
+def _llama_dtype(path: str) -> str:
+    """`LlamaCppBackend.dtype_name` for an attention path's name."""
+    flash, _, kv = path.partition("/")
+    return f"gguf-kv-{kv}" + ("" if flash == "flash" else "-noflash")
 
 
 def main(args: argparse.Namespace) -> int:

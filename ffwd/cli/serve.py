@@ -69,6 +69,8 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
                 args.model, engine, fill, tool_format=args.tool_format,
                 prompt_cache_bytes=args.prompt_cache_bytes, limits=limits,
                 on_step=lambda step: bar.update(),
+                progress=lambda text: bar.write(f"measuring attention paths: {text}",
+                                                file=sys.stderr),
             )
         except ValueError as exc:  # no engine for this model here, or a foreign tokenizer
             print(f"ffwd serve: {exc}", file=sys.stderr)
@@ -77,6 +79,10 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
                      max_body_bytes=args.max_body_bytes)
     backend = service.backend
     print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
+    if backend.attention_table is not None:
+        lines = backend.attention_table.describe(backend.context_window)
+        print("attention paths (ms per 1 id/16 ids by depth, an agent turn's expected time):\n"
+              + "\n".join(lines), file=sys.stderr)
     if backend.cost is not None:
         print(f"forward cost: {backend.cost.describe()}", file=sys.stderr)
     from ffwd.engine.llamacpp import LlamaCppBackend

@@ -14,6 +14,7 @@ No module outside this package reads `os.environ`.
 from ffwd.config.engine import (
     BACKENDS,
     DTYPES,
+    FLASH_ATTNS,
     KV_CACHES,
     BackendKind,
     Dtype,
@@ -49,8 +50,8 @@ from ffwd.values import SettingError
 
 __all__ = [
     "BACKENDS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE", "DEFAULT_PROMPT_CACHE_BYTES",
-    "DTYPES", "FILL_MODES", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES", "ROUTERS",
-    "SERVER_DEFAULT_FILL",
+    "DTYPES", "FILL_MODES", "FLASH_ATTNS", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES",
+    "ROUTERS", "SERVER_DEFAULT_FILL",
     "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache", "Router",
     "ScaleConfig", "SettingError", "TokenLimits", "cache_dir", "check_limits",
     "resolve_backend", "resolve_device", "resolve_dtype", "resolve_engine_config",

@@ -17,18 +17,23 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_CONTEXT        llama.cpp context ids, 0 = the model's (<= 8192)   0
 #     FFWD_LLAMACPP_LOG   1 = llama.cpp's own log lines on stderr            0
 #     FFWD_KV_CACHE       llama.cpp's cache: auto|q8_0|f16|bf16              auto
+#     FFWD_FLASH_ATTN     llama.cpp's flash attention: auto|on|off           auto
+#                         (auto, and a cache of auto: every path is timed at the
+#                         first load and the fastest for agent turns is kept)
 #     FFWD_N_GPU_LAYERS   llama.cpp: layers on the GPU, auto|all|N           auto
 #                         (auto: all where the build can offload, else none)
 #     FFWD_DETERMINISTIC  1 = greedy output bit-identical however forwards   0
 #                         are cut: fill on/off, cold/warm cache, stream/whole
 #
-# The KV cache's type decides which attention kernel llama.cpp runs: with an f16
-# cache (auto's default, llama.cpp's own) a one-id forward splits its attention over
-# the threads (past 256 ids) and a batch of 64 or more takes a tiled kernel, so both
-# round differently from the rest, and greedy output can flip at near-ties with
-# fill and the prompt cache. FFWD_DETERMINISTIC makes auto q8_0 (bf16 where the
-# heads do not fit its blocks), which keeps every forward on the per-row kernel
-# (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
+# Flash attention and the KV cache's type decide which attention kernel llama.cpp
+# runs (ffwd.engine.attention): their speed depends on the machine and the depth, so
+# with both on auto the first load times each path and keeps the fastest. With
+# flash attention on an f16 cache a one-id forward splits its attention over the
+# threads (past 256 ids) and a batch of 64 or more takes a tiled kernel, so greedy
+# output can flip at near-ties with fill and the prompt cache. FFWD_DETERMINISTIC
+# keeps to flash attention on a q8_0 cache (bf16 where the heads do not fit its
+# blocks, and bf16 is timed beside it), which keeps every forward on the per-row
+# kernel (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
 # llama.cpp on the CPU: it costs prefill time (README's performance section).
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
@@ -45,6 +50,8 @@ def resolve_device(raw: object) -> str:
     raise SettingError("FFWD_DEVICE", raw, "auto, cpu, cuda or cuda:N")
 
 
+FlashAttn = Literal["auto", "on", "off"]
+FLASH_ATTNS: tuple[FlashAttn, ...] = ("auto", "on", "off")
 KvCache = Literal["auto", "q8_0", "f16", "bf16"]
 KV_CACHES: tuple[KvCache, ...] = ("auto", "q8_0", "f16", "bf16")
 
@@ -89,6 +96,9 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "context": ("FFWD_CONTEXT", int_in("FFWD_CONTEXT", 0, 1 << 24)),
     "llamacpp_log": ("FFWD_LLAMACPP_LOG", flag("FFWD_LLAMACPP_LOG")),
     "kv_cache": ("FFWD_KV_CACHE", choice("FFWD_KV_CACHE", KV_CACHES)),
+    "flash_attn": ("FFWD_FLASH_ATTN", choice("FFWD_FLASH_ATTN", FLASH_ATTNS,
+                                             {"1": "on", "0": "off", "true": "on",
+                                              "false": "off"})),
     "n_gpu_layers": ("FFWD_N_GPU_LAYERS", resolve_gpu_layers),
     "deterministic": ("FFWD_DETERMINISTIC", flag("FFWD_DETERMINISTIC")),
 }
@@ -106,6 +116,7 @@ class EngineConfig:
     context: int = 0
     llamacpp_log: bool = False
     kv_cache: KvCache = "auto"
+    flash_attn: FlashAttn = "auto"
     n_gpu_layers: str | int = "auto"
     deterministic: bool = False
 
@@ -127,6 +138,10 @@ def exact(engine: EngineConfig) -> EngineConfig:
         raise SettingError("FFWD_KV_CACHE", "f16", "auto, q8_0 or bf16",
                            f"{why} a q8_0 or bf16 KV cache (auto), not f16: an f16 cache "
                            "rounds batched and one-id forwards apart")
+    if engine.flash_attn == "off":
+        raise SettingError("FFWD_FLASH_ATTN", "off", "auto or on",
+                           f"{why} flash attention (FFWD_FLASH_ATTN=auto or on, not off): "
+                           "its per-row kernel on a q8_0 or bf16 cache is what is exact")
     if engine.dtype in ("bfloat16", "float16"):
         raise SettingError("FFWD_DTYPE", engine.dtype, "auto or float32",
                            f"{why} float32 weights (auto), not {engine.dtype}")

@@ -24,8 +24,10 @@ Contract
 * `save_state()` / `load_state(state)` keep a whole sequence for later (the
   prompt cache); `trims_freely` says whether a loaded state may then be cut
   back to any prefix.
-* `cost` is the measured `CostCurve` (None until a loader measures it); the
-  decode loop keeps it current and sizes verify spans with it.
+* `cost` is the measured `CostSurface` (None until a loader measures it): ms per
+  forward of m ids at a cache depth; the decode loop keeps it current and sizes
+  verify spans with it at the depth they run at. `attention_table` is what the
+  loader timed to choose llama.cpp's attention path (None elsewhere).
 * `engine`, `device`, `dtype_name`, `threads` and `context_window` say what the
   model runs as (`ffwd info`, the start-up banner, the server's limits).
 """
@@ -38,7 +40,8 @@ from typing import Protocol
 
 import torch
 
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.attention import AttentionTable
+from ffwd.engine.cost import CostSurface
 from ffwd.fill.prefix import common_prefix
 
 
@@ -66,7 +69,8 @@ class Backend(Protocol):
     """A causal LM with one cache the decode loop extends, reads and cuts back."""
 
     engine: str  # "llama.cpp" or "transformers"
-    cost: CostCurve | None
+    cost: CostSurface | None
+    attention_table: AttentionTable | None
 
     @property
     def device(self) -> torch.device: ...

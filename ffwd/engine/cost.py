@@ -1,28 +1,39 @@
-"""What a forward of m ids costs on this backend, measured once and kept current.
+"""What a forward of m ids costs at a cache depth, measured once and kept current.
 
-`CostCurve` holds milliseconds per forward at the span lengths in
-`ffwd.fill.spans.POINTS` (1, 2, 4, ... 32 ids), for the two kinds of forward
-the decode loop makes: ``rows`` (every position's logits: a verify span) and
-``last`` (the last position only: an assert span, a plain step). Between
-points it interpolates linearly; past the last point it extrapolates the last
-segment; past the backend's `max_append` a forward is impossible (``inf``).
+`CostSurface` holds milliseconds per forward for span lengths m at a few cache
+depths d (the ids already in the cache), for the two kinds of forward the
+decode loop makes: ``rows`` (every position's logits: a verify span) and
+``last`` (the last position only: an assert span, a plain step, a prefill
+chunk). Attention reads every cached id, so depth changes the shape, not only
+the level: on two CPU cores with an f16 cache and flash attention, 16 ids cost
+6x one id at depth 0 and 12x at depth 3k.
 
-The shape comes from `ffwd.engine.measure` (a few timed forwards at load,
-cached as JSON per model, backend, dtype and threads by `ffwd.models`); the
-level follows the forwards the loop really makes: each `observe` moves a
-running factor towards the ratio of what a forward took to what the curve
-predicted, so a machine that gets busy
-(every forward slower) moves the whole curve, not only the points it hits.
+Pricing ``c(m, d)``: at each measured depth, linear in m between measured
+points (the last segment extended past the end); between depths, linear in d;
+past the deepest, the last two depths' slope extended (attention grows about
+linearly with depth). Past the backend's `max_append` a forward is impossible
+(``inf``).
+
+The surface comes from `ffwd.engine.measure` (timed forwards at load, cached
+as JSON by `ffwd.models`); its level follows the forwards the loop really
+makes: each `observe` moves one running factor towards the ratio of what a
+forward took to what the surface predicted at its depth, so a machine that
+gets busy moves the whole surface.
 
 For caches that cannot rewind, `undo` is what a rejected span adds: a
 checkpoint before it and a restore after it (measured too).
+
+>>> s = CostSurface({0: {1: 10.0, 16: 40.0}, 1000: {1: 20.0, 16: 100.0}},
+...                 {0: {1: 9.0, 16: 30.0}, 1000: {1: 19.0, 16: 90.0}}, max_append=512)
+>>> s.cost(16, depth=500), s.cost(1, "last", depth=3000)
+(70.0, 39.0)
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -31,95 +42,118 @@ from ffwd.fill.spans import Undo
 Kind = Literal["rows", "last"]
 KINDS: tuple[Kind, ...] = ("rows", "last")
 SMOOTHING = 0.1  # weight of one observed forward in the running level
+Table = dict[int, dict[int, float]]  # depth -> m -> ms
 
 
 @dataclass(slots=True)
-class CostCurve:
-    """Milliseconds per forward of m ids (see the module docstring)."""
+class CostSurface:
+    """Milliseconds per forward of m ids at depth d (see the module docstring)."""
 
-    rows: dict[int, float]
-    last: dict[int, float]
+    rows: Table
+    last: Table
     max_append: int
     undo: Undo = field(default_factory=Undo)
-    level: float = 1.0  # running factor on the measured shape
+    level: float = 1.0  # running factor on the measured surface
 
     def __post_init__(self) -> None:
         for kind in KINDS:
             table = getattr(self, kind)
-            if not table or any(not (ms > 0 and math.isfinite(ms)) for ms in table.values()):
-                raise ValueError(f"cost curve {kind}: expected positive times, got {table}")
+            times = [ms for by_m in table.values() for ms in by_m.values()]
+            if not times or any(not (ms > 0 and math.isfinite(ms)) for ms in times):
+                raise ValueError(f"cost surface {kind}: expected positive times, got {table}")
+        if sorted(self.rows) != sorted(self.last):
+            raise ValueError(f"cost surface: rows at depths {sorted(self.rows)}, "
+                             f"last at {sorted(self.last)}")
 
-    def cost(self, m: int, kind: Kind = "rows") -> float:
-        """Expected ms of one forward of `m` ids right now."""
+    @property
+    def depths(self) -> list[int]:
+        return sorted(self.rows)
+
+    def cost(self, m: int, kind: Kind = "rows", depth: int = 0) -> float:
+        """Expected ms of one forward of `m` ids after `depth` cached ids, right now."""
         if m < 1:
             raise ValueError(f"cost of a forward of {m} ids")
         if m > self.max_append:
             return math.inf
-        return self.level * _interpolate(getattr(self, kind), m)
+        return self.level * self.quiet(m, kind, depth)
 
-    def observe(self, m: int, ms: float, kind: Kind = "last") -> None:
-        """A forward of `m` ids just took `ms`: move the running level towards it."""
-        predicted = _interpolate(getattr(self, kind), m)
+    def quiet(self, m: int, kind: Kind = "last", depth: int = 0) -> float:
+        """The measured surface at (m, depth), without the running level."""
+        table: Table = getattr(self, kind)
+        return _interpolate({d: _interpolate(by_m, m) for d, by_m in table.items()}, depth)
+
+    def at(self, depth: int, kind: Kind = "rows") -> Callable[[int], float]:
+        """``m -> ms`` at `depth`: the cost a span policy prices with."""
+        return lambda m: self.cost(m, kind, depth)
+
+    def observe(self, m: int, ms: float, kind: Kind = "last", depth: int = 0) -> None:
+        """A forward of `m` ids after `depth` ids just took `ms`: move the level towards it."""
         if ms > 0 and m <= self.max_append:
-            self.level += SMOOTHING * (ms / predicted - self.level)
+            self.level += SMOOTHING * (ms / self.quiet(m, kind, depth) - self.level)
 
     def describe(self) -> str:
-        """The curve in one line: ms per forward of m ids, all rows and last row only."""
-
-        def ms(table: dict[int, float]) -> str:
-            return ", ".join(f"{m}: {v:.1f}" for m, v in sorted(table.items()))
-
-        return (f"ms per forward of m ids, all rows {{{ms(self.rows)}}}, "
-                f"last row {{{ms(self.last)}}}")
+        """The surface in a few lines: ms per forward of m ids (last row only) per depth."""
+        ms = sorted({m for by_m in self.last.values() for m in by_m})
+        head = "ms per forward, last row | " + " ".join(f"m={m:<5}" for m in ms)
+        lines = [head]
+        for d in self.depths:
+            cells = " ".join(f"{self.quiet(m, 'last', d):<7.1f}" for m in ms)
+            lines.append(f"  at depth {d:>6}           | {cells}")
+        return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
+        def table(t: Table) -> dict[str, dict[str, float]]:
+            return {str(d): {str(m): round(v, 4) for m, v in sorted(by_m.items())}
+                    for d, by_m in sorted(t.items())}
+
         return {
-            "rows": {str(m): round(v, 4) for m, v in sorted(self.rows.items())},
-            "last": {str(m): round(v, 4) for m, v in sorted(self.last.items())},
+            "rows": table(self.rows),
+            "last": table(self.last),
             "max_append": self.max_append,
-            "undo": {
-                "before": self.undo.before,
-                "after": self.undo.after,
-                "replay": self.undo.replay,
-            },
+            "undo": {"before": self.undo.before, "after": self.undo.after,
+                     "replay": self.undo.replay},
         }
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, object]) -> CostCurve:
-        def table(raw: object) -> dict[int, float]:
+    def from_dict(cls, d: Mapping[str, object]) -> CostSurface:
+        def table(raw: object) -> Table:
             assert isinstance(raw, dict)
-            return {int(k): float(v) for k, v in raw.items()}
+            return {int(depth): {int(m): float(v) for m, v in by_m.items()}
+                    for depth, by_m in raw.items()}
 
         undo = d.get("undo") or {}
         assert isinstance(undo, dict)
-        return cls(
-            table(d["rows"]),
-            table(d["last"]),
-            int(str(d["max_append"])),
-            Undo(
-                float(undo.get("before", 0.0)),
-                float(undo.get("after", 0.0)),
-                bool(undo.get("replay", False)),
-            ),
-        )
+        return cls(table(d["rows"]), table(d["last"]), int(str(d["max_append"])),
+                   Undo(float(undo.get("before", 0.0)), float(undo.get("after", 0.0)),
+                        bool(undo.get("replay", False))))
 
 
-def _interpolate(table: Mapping[int, float], m: int) -> float:
-    """Linear between measured points; the last segment extended past the end.
+def flat(rows: Mapping[int, float], last: Mapping[int, float], max_append: int,
+         undo: Undo | None = None) -> CostSurface:
+    """A surface measured at one depth only (priced the same at every depth)."""
+    return CostSurface({0: dict(rows)}, {0: dict(last)}, max_append, undo or Undo())
+
+
+def _interpolate(table: Mapping[int, float], x: int) -> float:
+    """Linear between measured points, the last segment extended past the end (never
+    below the last point's value), the first point's value before the start.
 
     >>> _interpolate({1: 10.0, 4: 16.0}, 2)
     12.0
     >>> _interpolate({1: 10.0, 4: 16.0}, 7)
     22.0
+    >>> _interpolate({96: 10.0, 1000: 20.0}, 0), _interpolate({96: 10.0}, 5000)
+    (10.0, 10.0)
     """
+    if x in table:
+        return table[x]
     pts = sorted(table)
-    if m in table:
-        return table[m]
-    if len(pts) == 1:
-        return table[pts[0]] * m / pts[0]
+    if len(pts) == 1 or x < pts[0]:
+        return table[pts[0]]
     lo, hi = pts[0], pts[1]
     for a, b in itertools.pairwise(pts):
         lo, hi = a, b
-        if m < b:
+        if x < b:
             break
-    return table[lo] + (table[hi] - table[lo]) * (m - lo) / (hi - lo)
+    value = table[lo] + (table[hi] - table[lo]) * (x - lo) / (hi - lo)
+    return max(value, table[pts[-1]]) if x > pts[-1] else value

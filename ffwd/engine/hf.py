@@ -28,8 +28,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
+from ffwd.engine.attention import AttentionTable
 from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.cost import CostSurface
 
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
@@ -95,7 +96,8 @@ class HFBackend(CacheBookkeeping):
         params = inspect.signature(model.forward).parameters
         self._keep_kw = "logits_to_keep" in params
         self._forward_calls = 0
-        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
+        self.cost: CostSurface | None = None  # measured by the loader (ffwd.models)
+        self.attention_table: AttentionTable | None = None  # llama.cpp's only
         self.reset()
 
     # --- facts ----------------------------------------------------------

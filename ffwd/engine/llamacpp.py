@@ -21,19 +21,21 @@ What the cache can do:
   `save_state`/`load_state` (the prompt cache) use the same copy on every
   model.
 
-Fidelity: ggml's CPU flash attention has three kernels. With an f16 cache (the
-default, as llama.cpp's own server has it), a one-id forward over 512 cells or
-more splits the KV range over the threads, and a micro-batch of 64 ids or more
-takes a tiled f32 kernel; both round differently from the per-row kernel other
-forwards take, so greedy output can change with fill and with the prompt
-cache's state, at near-ties (`ffwd.bench.agreement` counts how often). With
-``deterministic`` (``--deterministic``) the ``auto`` cache is q8_0 where the
-heads' sizes fit its 32-value blocks, else bf16: every forward takes the
-per-row kernel, and on the embedded Q4_1 model one-id, batched, cold and warm
-forwards agree exactly at every length tried, on any number of threads; it
-costs ~15% on 16-id forwards and, with no tiled kernel, 1.3x (500 ids) to 2.5x
-(4000 ids) on cold prefills. Weights whose batched matmuls round differently
-from one-id ones (other quantizations) can still differ.
+Attention: the context runs on one `AttentionPath` (flash attention on or off,
+the KV cache's type), the first of `paths` until the loader has timed them all
+and picked one (`ffwd.engine.attention`); `use_attention` reopens the context on
+another path (the cache starts empty). Fidelity: with an f16 cache and flash
+attention, a one-id forward over 512 cells or more splits the KV range over
+the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel; both
+round differently from the per-row kernel other forwards take, so greedy output
+can change with fill and with the prompt cache's state, at near-ties
+(`ffwd.bench.agreement` counts how often). With ``deterministic``
+(``--deterministic``) the paths are flash attention on a q8_0 cache (where the
+heads fit its blocks) or a bf16 one: every forward takes the per-row kernel,
+and on the embedded Q4_1 model one-id, batched, cold and warm forwards agree
+exactly at every length tried, on any number of threads. Weights whose batched
+matmuls round differently from one-id ones (other quantizations) can still
+differ.
 
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
@@ -51,8 +53,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from ffwd.engine.attention import AttentionPath, AttentionTable, candidates
 from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.cost import CostSurface
+from ffwd.engine.llamactx import exact_kv, new_context, reserved_mib
 from ffwd.engine.native import (
     LoadReport,
     capture,
@@ -67,8 +71,6 @@ from ffwd.engine.threads import BUSY, Contention, ThreadChooser
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 _SEQ = 0  # the one sequence this backend runs
-KV_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's type ids for the KV cache
-Q8_BLOCK = 32  # q8_0 packs 32 values: a head's size must be a multiple
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,76 +82,10 @@ class _Snapshot:
     last_logits: torch.Tensor | None
 
 
-def kv_type(lib: Any, model: Any, kv_cache: str, deterministic: bool = False) -> str:
-    """The KV cache type `kv_cache` asks for. ``auto`` is f16, or where the output must not
-    depend on how forwards are cut (`deterministic`) q8_0 where the model's key and value
-    heads fit its blocks, else bf16 (both keep every forward on one kernel)."""
-    if kv_cache != "auto":
-        return kv_cache
-    if not deterministic:
-        return "f16"
-    heads = [_head_size(lib, model, key) for key in ("key_length", "value_length")]
-    return "q8_0" if all(h % Q8_BLOCK == 0 for h in heads) else "bf16"
-
-
-def kv_type_of(path: str | os.PathLike[str], kv_cache: str, deterministic: bool) -> str:
-    """`kv_type` for the GGUF file at `path`, read from its metadata (no weights loaded)."""
-    if kv_cache != "auto" or not deterministic:
-        return kv_type(None, None, kv_cache, deterministic)
-    lib = init_llama()
-    params = lib.llama_model_default_params()
-    params.vocab_only = True
-    model = lib.llama_model_load_from_file(os.fspath(path).encode(), params)
-    if not model:
-        raise ValueError(f"{path}: llama.cpp cannot read this file as a GGUF model")
-    try:
-        return kv_type(lib, model, kv_cache, deterministic)
-    finally:
-        lib.llama_model_free(model)
-
-
-def _head_size(lib: Any, model: Any, key: str) -> int:
-    """A head's size from the file's metadata (loaded even without the weights)."""
-    arch = _meta(lib, model, "general.architecture")
-    size = _meta(lib, model, f"{arch}.attention.{key}")
-    try:
-        return int(size) if size else int(_meta(lib, model, f"{arch}.embedding_length")) // max(
-            1, int(_meta(lib, model, f"{arch}.attention.head_count") or 1))
-    except ValueError:  # per-layer head counts: ask the loaded model
-        return int(lib.llama_model_n_embd(model)) // max(1, int(lib.llama_model_n_head(model)))
-
-
-def _meta(lib: Any, model: Any, key: str) -> str:
-    value = ctypes.create_string_buffer(128)
-    if lib.llama_model_meta_val_str(model, key.encode(), value, 128) > 0:
-        return value.value.decode()
-    return ""
-
-
-def _new_context(
-    lib: Any, model: Any, n_ctx: int, n_batch: int, threads: int, kv_cache: str
-) -> Any:
-    params = lib.llama_context_default_params()
-    params.n_ctx = n_ctx
-    params.n_batch = params.n_ubatch = n_batch
-    params.n_seq_max = 1
-    params.n_threads = params.n_threads_batch = threads
-    params.swa_full = True  # see the module docstring
-    # The cache's type picks the attention kernel (see the module docstring); flash
-    # attention stays on auto, as llama.cpp's server has it.
-    params.type_k = params.type_v = KV_TYPES[kv_cache]
-    params.no_perf = True
-    ctx = lib.llama_init_from_model(model, params)
-    if not ctx:
-        lib.llama_model_free(model)
-        raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} ids with a "
-                           f"{kv_cache} KV cache (FFWD_LLAMACPP_LOG=1 shows why)")
-    return ctx
-
-
-def _free(lib: Any, batch: Any, ctx: Any, model: Any) -> None:
+def _free(lib: Any, batch: Any, ctx: list[Any], model: Any) -> None:
     lib.llama_batch_free(batch)
-    lib.llama_free(ctx)
+    if ctx[0] is not None:
+        lib.llama_free(ctx[0])
     lib.llama_model_free(model)
 
 
@@ -171,44 +107,50 @@ class LlamaCppBackend(CacheBookkeeping):
         n_batch: int = 512,
         log: bool = False,
         kv_cache: str = "auto",
+        flash_attn: str = "auto",
         n_gpu_layers: str | int = "auto",
         deterministic: bool = False,
     ) -> None:
-        if n_batch < 1 or n_ctx < 0 or threads < 0 or kv_cache not in (*KV_TYPES, "auto"):
+        if n_batch < 1 or n_ctx < 0 or threads < 0 or kv_cache not in ("f16", "q8_0", "bf16",
+                                                                         "auto"):
             raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}, "
                              f"kv_cache={kv_cache!r}: out of range")
-        if deterministic and (kv_cache == "f16" or n_gpu_layers not in ("auto", 0)):
-            raise ValueError("deterministic: llama.cpp is exact on the CPU with a q8_0 or bf16 "
-                             f"KV cache, not kv_cache={kv_cache!r}, n_gpu_layers={n_gpu_layers}")
+        if deterministic and (kv_cache == "f16" or flash_attn == "off"
+                              or n_gpu_layers not in ("auto", 0)):
+            raise ValueError("deterministic: llama.cpp is exact on the CPU with flash attention "
+                             f"on a q8_0 or bf16 KV cache, not kv_cache={kv_cache!r}, "
+                             f"flash_attn={flash_attn!r}, n_gpu_layers={n_gpu_layers}")
         self.deterministic = deterministic
         n_gpu_layers = 0 if deterministic else n_gpu_layers
         self.path = os.fspath(path)
         lib = self._lib = init_llama(log)
         line = system_info()
         self.n_gpu_layers = gpu_layers(n_gpu_layers, offload=gpu_offload(), line=line)
-        with capture() as lines:  # llama.cpp says where the weights and the cache went
-            model = load_model(lib, self.path, self.n_gpu_layers, line)
-            self._read_model(lib, model, n_ctx, threads, kv_cache, deterministic)
-            self._ctx = _new_context(lib, model, self.n_ctx, n_batch, self.threads, self.kv_type)
-        self.load = LoadReport.parse(lines)
-        self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
-        self._threads_set = (self.threads, self.threads)  # (one-id, batch) llama.cpp has
-        self._others = Contention()  # others' use of the CPUs since the last long forward
-        self.device_key = device_key(self.n_gpu_layers)
-        self._mem = lib.llama_get_memory(self._ctx)
+        with capture() as lines:  # llama.cpp says where the weights went
+            model = self._model = load_model(lib, self.path, self.n_gpu_layers, line)
+        self._read_model(lib, model, n_ctx, threads)
+        exact = exact_kv(lib, model) if deterministic else None
+        self.paths = candidates(flash_attn, kv_cache, exact)  # the loader times them all
+        self._max_append = n_batch
+        self._ctx: list[Any] = [None]  # the context, reopened by use_attention
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
+        self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
         for i in range(n_batch):  # every row belongs to the one sequence
             self._batch.n_seq_id[i] = 1
             self._batch.seq_id[i][0] = _SEQ
-        self._max_append = n_batch
-        self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
+        self.attention = self.paths[0]
+        self.reserved_mib = self._open(self.paths[0], lines)
+        self.load = LoadReport.parse(lines)  # weights and the cache
+        self._threads = ThreadChooser(self.threads)  # fewer while other processes need cores
+        self._others = Contention()  # others' use of the CPUs since the last long forward
+        self.device_key = device_key(self.n_gpu_layers)
         self._forward_calls = 0
-        self.cost: CostCurve | None = None  # measured by the loader (ffwd.models)
+        self.cost: CostSurface | None = None  # measured by the loader (ffwd.models)
+        self.attention_table: AttentionTable | None = None  # likewise
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
 
-    def _read_model(self, lib: Any, model: Any, n_ctx: int, threads: int, kv_cache: str,
-                    deterministic: bool) -> None:
+    def _read_model(self, lib: Any, model: Any, n_ctx: int, threads: int) -> None:
         self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
         self._vocab = int(lib.llama_vocab_n_tokens(vocab))
         self._eos = frozenset(i for i in range(self._vocab) if lib.llama_vocab_is_eog(vocab, i))
@@ -217,7 +159,31 @@ class LlamaCppBackend(CacheBookkeeping):
         self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
         self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
         self.threads = threads or torch.get_num_threads()
-        self.kv_type = kv_type(lib, model, kv_cache, deterministic)
+
+    def _open(self, path: AttentionPath, log: list[str]) -> float:
+        """A new context on `path` in place of the old one (freed first); its reserved MiB."""
+        lib = self._lib
+        if self._ctx[0] is not None:
+            lib.llama_free(self._ctx[0])
+            self._ctx[0] = None
+        ctx, lines = new_context(lib, self._model, n_ctx=self.n_ctx, n_batch=self._max_append,
+                                 threads=self.threads, path=path)
+        log.extend(lines)
+        self._ctx[0] = ctx
+        self._mem = lib.llama_get_memory(ctx)
+        self._threads_set = (self.threads, self.threads)  # (one-id, batch) llama.cpp has
+        self.attention = path
+        return reserved_mib(lines)
+
+    def use_attention(self, path: AttentionPath) -> float:
+        """Reopen the context on `path` (the cache starts empty); the MiB it reserved."""
+        self._ids, self._last = [], None
+        self.reserved_mib = self._open(path, [])
+        return self.reserved_mib
+
+    @property
+    def kv_type(self) -> str:
+        return self.attention.kv
 
     def close(self) -> None:
         """Free the context and the model now (the backend is unusable afterwards)."""
@@ -232,7 +198,7 @@ class LlamaCppBackend(CacheBookkeeping):
     @property
     def dtype_name(self) -> str:
         """The weights' types are the file's own; the KV cache's is the one in use."""
-        return f"gguf-kv-{self.kv_type}"
+        return f"gguf-kv-{self.kv_type}" + ("" if self.attention.flash else "-noflash")
 
     @property
     def context_window(self) -> int:
@@ -282,9 +248,9 @@ class LlamaCppBackend(CacheBookkeeping):
     def checkpoint(self) -> object:
         """A copy of the sequence state (cache and ids) for `restore`."""
         lib = self._lib
-        size = int(lib.llama_state_seq_get_size(self._ctx, _SEQ))
+        size = int(lib.llama_state_seq_get_size(self._ctx[0], _SEQ))
         data = (ctypes.c_uint8 * max(size, 1))()
-        written = int(lib.llama_state_seq_get_data(self._ctx, data, size, _SEQ))
+        written = int(lib.llama_state_seq_get_data(self._ctx[0], data, size, _SEQ))
         if written != size:
             raise RuntimeError(f"llama.cpp wrote {written} of {size} state bytes")
         return _Snapshot(id(self), tuple(self._ids), data, size, self._last)
@@ -297,7 +263,7 @@ class LlamaCppBackend(CacheBookkeeping):
         lib.llama_memory_seq_rm(self._mem, _SEQ, -1, -1)  # a whole sequence always goes
         self._ids, self._last = [], None
         if checkpoint.ids and not lib.llama_state_seq_set_data(
-            self._ctx, checkpoint.data, checkpoint.size, _SEQ
+            self._ctx[0], checkpoint.data, checkpoint.size, _SEQ
         ):
             raise RuntimeError("llama.cpp could not load the saved sequence state")
         self._ids = list(checkpoint.ids)
@@ -337,7 +303,8 @@ class LlamaCppBackend(CacheBookkeeping):
 
     def _observe_step(self, ms: float) -> None:
         if self._threads.expected is None and self.cost is not None:
-            self._threads.expected = self.cost.last.get(1)  # a step on quiet cores
+            cost = self.cost
+            self._threads.expected = lambda depth: cost.quiet(1, "last", depth)  # quiet cores
         self._threads.observe(ms, len(self._ids))
 
     def _use_threads(self, n_ids: int) -> None:
@@ -350,7 +317,7 @@ class LlamaCppBackend(CacheBookkeeping):
             busy = share is not None and share > BUSY
             counts = (self._threads_set[0], self._threads.settled if busy else self.threads)
         if counts != self._threads_set:
-            self._lib.llama_set_n_threads(self._ctx, *counts)
+            self._lib.llama_set_n_threads(self._ctx[0], *counts)
             self._threads_set = counts
 
     def _decode(self, ids: list[int], *, all_rows: bool) -> torch.Tensor:
@@ -377,7 +344,7 @@ class LlamaCppBackend(CacheBookkeeping):
         # 2. run it. A failure leaves the cache as it was, except a fatal one.
         self._use_threads(n)
         t0 = time.perf_counter()
-        rc = self._lib.llama_decode(self._ctx, batch)
+        rc = self._lib.llama_decode(self._ctx[0], batch)
         if n == 1 and rc == 0:  # one-id steps tell whether fewer threads would be faster
             self._observe_step((time.perf_counter() - t0) * 1000)
         if rc != 0:
@@ -391,7 +358,7 @@ class LlamaCppBackend(CacheBookkeeping):
         out = np.empty((len(rows), self._vocab), dtype=np.float32)
         nbytes = self._vocab * 4
         for j, i in enumerate(rows):
-            ptr = self._lib.llama_get_logits_ith(self._ctx, i)
+            ptr = self._lib.llama_get_logits_ith(self._ctx[0], i)
             if not ptr:
                 raise RuntimeError(f"llama.cpp has no logits for batch row {i}")
             ctypes.memmove(out[j].ctypes.data, ptr, nbytes)

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.cost import CostSurface
 from ffwd.engine.events import Alternative, TokenEvent, TokenOrigin
 from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
 from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
@@ -50,12 +50,13 @@ def token_logprob(
     return float(lp[token_id]), best
 
 
-def cost_policy(curve: CostCurve) -> SpanPolicy:
-    """Verify spans priced by `curve` and the session's acceptance (`choose_span`)."""
+def cost_policy(surface: CostSurface, depth: Callable[[], int] = lambda: 0) -> SpanPolicy:
+    """Verify spans priced by `surface` at the cache's `depth()` now and the session's
+    acceptance (`choose_span`)."""
 
     def decide(proposal: Proposal, session: FillSession) -> SpanChoice:
         rates = session.acceptance(proposal)
-        return choose_span(curve.cost, rates, len(proposal.ids), curve.undo)
+        return choose_span(surface.at(depth()), rates, len(proposal.ids), surface.undo)
 
     return decide
 
@@ -76,7 +77,7 @@ def default_policy(backend: Backend) -> SpanPolicy:
     """The backend's measured curve when it has one; else probe first on CPU, where a
     2-id forward costs clearly more than a 1-id one, and the combined forward elsewhere."""
     if backend.cost is not None:
-        return cost_policy(backend.cost)
+        return cost_policy(backend.cost, lambda: backend.cache_len)
     return fixed_policy(backend.device.type != "cuda")
 
 
@@ -90,7 +91,7 @@ class _Run:
     max_tokens: int
     policy: SpanPolicy
     trace: TraceWriter | None
-    curve: CostCurve | None
+    curve: CostSurface | None
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
     out: list[int] = field(default_factory=list)
     row: torch.Tensor | None = None  # the logits the next sampled id is drawn from
@@ -186,11 +187,13 @@ def _check_invariants(run: _Run, prompt_len: int) -> None:
 
 
 def _forward(run: _Run, ids: list[int], *, rows: bool) -> torch.Tensor:
-    """One forward (every row, or the last row only), timed into the cost curve."""
+    """One forward (every row, or the last row only), timed into the cost surface."""
+    depth = run.backend.cache_len
     t0 = time.perf_counter()
     out = run.backend.forward(ids) if rows else run.backend.append(ids)
     if run.curve is not None:
-        run.curve.observe(len(ids), (time.perf_counter() - t0) * 1000, "rows" if rows else "last")
+        run.curve.observe(len(ids), (time.perf_counter() - t0) * 1000, "rows" if rows else "last",
+                          depth)
     return out
 
 
@@ -220,8 +223,7 @@ def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
     b = run.backend
     size = min((run.session.append_chunk_size if run.session else 0) or b.max_append, b.max_append)
     if run.curve is not None and size == b.max_append:
-        curve = run.curve
-        sizes = chunk_sizes(len(ids), lambda m: curve.cost(m, "last"), size)
+        sizes = chunk_sizes(len(ids), run.curve.at(b.cache_len, "last"), size)
     else:
         sizes = [size] * (-(-len(ids) // size))
     rows: list[torch.Tensor] = []

@@ -1,41 +1,120 @@
-"""Measure a backend's `CostCurve`: a few timed forwards of each span length.
+"""Measure a backend's `CostSurface`: timed forwards of each span length, at a few depths.
 
-`measure(backend)` prefills a short synthetic prompt, then times forwards of
-every length in `ffwd.fill.spans.POINTS` of both kinds (every row, last row
-only), undoing each one (`Backend.mark`/`undo`), and the checkpoint and
-restore of a cache that cannot rewind. `ffwd.models.load_backend` caches the
-result per model and configuration.
+`measure(backend)` runs in two phases:
+
+1. **Shallow.** After a short synthetic prompt (`context` ids), every length in
+   `ffwd.fill.spans.POINTS` of both kinds (every row, last row only), each
+   undone (`Backend.mark`/`undo`), and the checkpoint and restore of a cache
+   that cannot rewind.
+2. **Deep.** The cache grows by prefill chunks (`max_append` ids, each timed:
+   a chunk's cost at the depth it started from) to each of `depths` in turn,
+   and the `widths` (last row only) are timed there. The head's share of a
+   forward (every row against the last) does not depend on depth, so the rows
+   at depth are the shallow rows' excess over the last row added to the last
+   row measured there. Growth stops at the first depth that the time already
+   spent plus the projected growth would take past `budget_s`: deeper costs are
+   then extrapolated (`CostSurface`).
+
+One untimed round first (a shape's first call may compile kernels), then
+`repeats` rounds, keeping each point's median: rounds rather than one point at
+a time, so a machine whose speed drifts skews every point alike (the running
+level corrects the scale later). Leaves the backend's cache empty.
+
+`measure_paths` does this on each attention path a llama.cpp backend can
+reopen on, and chooses one (`ffwd.engine.attention`). `ffwd.models` caches
+the result per model and configuration.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from ffwd.engine.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost import KINDS, CostCurve, Kind
+from ffwd.engine.cost import KINDS, CostSurface, Kind
 from ffwd.fill.spans import POINTS, Undo
+
+DEPTHS = (1024, 2048, 4096)  # besides half the context window
+WIDTHS = (1, 4, 16)  # span lengths timed at depth
+BUDGET_S = 10.0  # seconds the deep phase may take (growing the cache dominates)
+Progress = Callable[[str], None]
 
 
 def measure(
-    backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS
-) -> CostCurve:
-    """Time forwards of each length in `points` after a `context`-id prompt, both
-    kinds, and the checkpoint/restore of a cache that cannot rewind.
-
-    One untimed round first (a shape's first call may compile kernels), then
-    `repeats` rounds over every (length, kind), keeping each point's median:
-    rounds rather than one point at a time, so that a machine whose speed
-    drifts during the measurement skews every point alike (the running level
-    corrects the scale later; the shape is what must be right).
-    Leaves the backend's cache empty.
-    """
-    vocab = backend.vocab_size
+    backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS,
+    depths: Sequence[int] | None = None, widths: Sequence[int] = WIDTHS,
+    budget_s: float = BUDGET_S, progress: Progress | None = None,
+) -> CostSurface:
+    """The backend's `CostSurface` (see the module docstring). `depths` defaults to
+    `DEPTHS` and half the context window; ``()`` measures the shallow phase only."""
+    vocab, chunk = backend.vocab_size, backend.max_append
+    window = backend.context_window
+    if depths is None:
+        depths = sorted({*DEPTHS, window // 2})
     prompt = [(7 * i + 3) % vocab for i in range(context)]
-    span = [(11 * i + 5) % vocab for i in range(max(points))]
-    shapes = [(m, kind) for m in points if m <= backend.max_append for kind in KINDS]
     backend.reset()
     backend.prefill(prompt)
+    shallow = [(m, kind) for m in points if m <= chunk for kind in KINDS]
+    times, undo = _time_shapes(backend, shallow, repeats)
+    rows = {m: ms for (m, kind), ms in times.items() if kind == "rows"}
+    last = {m: ms for (m, kind), ms in times.items() if kind == "last"}
+    surface = CostSurface({context: rows}, {context: last}, chunk, undo)
+    if backend.can_rewind and chunk > max(points):
+        _deep(backend, surface, [d for d in depths if context < d <= window - chunk],
+              [w for w in widths if w <= chunk], repeats, budget_s, progress)
+    backend.reset()
+    return surface
+
+
+def _deep(backend: Backend, surface: CostSurface, depths: Sequence[int],
+          widths: Sequence[int], repeats: int, budget_s: float,
+          progress: Progress | None) -> None:
+    """Phase 2: grow the cache to each depth, timing its chunks, and time `widths` there."""
+    chunk, vocab, window = backend.max_append, backend.vocab_size, backend.context_window
+    base = min(surface.rows)
+    filler = [(13 * i + 1) % vocab for i in range(chunk)]
+    started: dict[int, float] = {}  # a full chunk's ms by the depth it started from
+    t_start = time.perf_counter()
+    measured = [base]
+    for depth in [*sorted(depths), None]:
+        # 1. a chunk from the depth just measured, then on to the next depth (if any),
+        #    unless the growth already spent and the projected rest overrun the budget.
+        here = backend.cache_len
+        if here + chunk <= window:
+            t0 = time.perf_counter()
+            backend.append(filler)
+            started[here] = (time.perf_counter() - t0) * 1000
+        if depth is None or depth + max(widths) > window:
+            break
+        need = -(-(depth - backend.cache_len) // chunk)
+        spent = time.perf_counter() - t_start
+        if spent + 1.5 * need * started.get(here, 0.0) / 1000 > budget_s:
+            break
+        if progress is not None:
+            progress(f"depth {depth}")
+        while backend.cache_len < depth:
+            backend.append(filler[: min(chunk, depth - backend.cache_len)])
+        # 2. the widths at this depth; rows = last + the head's excess.
+        times, _ = _time_shapes(backend, [(w, "last") for w in widths], repeats)
+        surface.last[depth] = {m: ms for (m, _kind), ms in times.items()}
+        surface.rows[depth] = {
+            w: surface.last[depth][w]
+            + max(0.0, surface.quiet(w, "rows", base) - surface.quiet(w, "last", base))
+            for w in widths}
+        measured.append(depth)
+    for d in measured:  # each depth's prefill chunk
+        if d in started:
+            surface.last[d][chunk] = started[d]
+
+
+def _time_shapes(
+    backend: Backend, shapes: Sequence[tuple[int, Kind]], repeats: int
+) -> tuple[dict[tuple[int, Kind], float], Undo]:
+    """Median ms of each (m, kind) forward, each undone; and what undoing costs."""
+    vocab = backend.vocab_size
+    span = [(11 * i + 5) % vocab for i in range(max(m for m, _ in shapes))]
     # Without rewind or checkpoint there is nothing to undo with: the context
     # grows by m each time, which a short measurement can afford.
     undoable = backend.can_rewind or backend.can_checkpoint
@@ -44,6 +123,8 @@ def measure(
     afters: list[float] = []
     for rnd in range(repeats + 1):
         for m, kind in shapes:
+            if backend.cache_len + m > backend.context_window:
+                continue
             mark, ms_before = _timed_mark(backend) if undoable else (None, 0.0)
             t0 = time.perf_counter()
             if kind == "rows":
@@ -59,10 +140,8 @@ def measure(
                     afters.append((time.perf_counter() - t0) * 1000)
             if rnd:
                 times[(m, kind)].append(ms)
-    backend.reset()
     undo = Undo(_median(befores), _median(afters), replay=True) if befores else Undo()
-    table = {kind: {m: _median(times[(m, k)]) for m, k in shapes if k == kind} for kind in KINDS}
-    return CostCurve(table["rows"], table["last"], backend.max_append, undo)
+    return {shape: _median(ts) for shape, ts in times.items() if ts}, undo
 
 
 def _timed_mark(backend: Backend) -> tuple[Mark, float]:
@@ -74,3 +153,22 @@ def _timed_mark(backend: Backend) -> tuple[Mark, float]:
 def _median(xs: Sequence[float]) -> float:
     s = sorted(xs)
     return s[len(s) // 2] if s else 0.0
+
+
+def measure_paths(backend: Any, paths: Sequence[AttentionPath], mix: Mix,
+                  memory_bound_mib: float, progress: Progress | None = None,
+                  measure_fn: Callable[..., CostSurface] | None = None) -> AttentionTable:
+    """Time each of `paths` on `backend` (left on the chosen one) and choose (`choose`)."""
+    found: dict[str, Measured] = {}
+    for path in paths:
+        try:
+            memory = backend.use_attention(path)
+        except RuntimeError as exc:  # llama.cpp refused the context (memory, kernels)
+            found[path.name] = Measured(None, 0.0, f"unavailable: {exc}")
+            continue
+        say = None if progress is None else (lambda text, p=path: progress(f"{p.name} {text}"))
+        found[path.name] = Measured((measure_fn or measure)(backend, progress=say), memory)
+    chosen, why = choose(found, mix, backend.context_window, memory_bound_mib)
+    if chosen != paths[-1].name:  # measured last, still open
+        backend.use_attention(AttentionPath.parse(chosen))
+    return AttentionTable(found, chosen, why, mix)

@@ -181,6 +181,20 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def available_mib() -> float:
+    """The memory the system can give a new process now (MemAvailable), in MiB; without
+    /proc/meminfo, the physical memory."""
+    import os
+
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+
+
 # --- llama.cpp's log ------------------------------------------------------------
 
 _log_lock = threading.Lock()

@@ -5,8 +5,9 @@ under GCC 12, llama.cpp #20824) or a driver that fails takes the whole
 process down with a signal, and no Python code runs to say why. `first_forward`
 runs the forward that crashed there (a prompt of several ids, then a batched
 forward and a one-id step) in ``python -m ffwd.engine.probe`` with the
-engine's own settings, and returns one line saying what failed, or the
-child's `LoadReport` (where llama.cpp put the weights and the cache).
+engine's own settings, on every attention path the loader may time, and
+returns one line saying what failed, or the child's `LoadReport` (where
+llama.cpp put the weights and the cache).
 `ffwd.models` runs it at a model's first load and caches a success.
 """
 
@@ -24,12 +25,13 @@ PROBE_IDS = 24  # a prompt long enough for every batched kernel's tiling
 
 
 def first_forward(path: str, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
-                  deterministic: bool = False, timeout: float = 900.0) -> LoadReport | str:
+                  deterministic: bool = False, flash_attn: str = "auto",
+                  timeout: float = 900.0) -> LoadReport | str:
     """Where the model went when a first forward of `path` runs here, else what failed
     (one line)."""
     cmd = [sys.executable, "-X", "faulthandler", "-m", "ffwd.engine.probe", path,
            "--threads", str(threads), "--kv-cache", kv_cache, "--n-gpu-layers", str(n_gpu_layers),
-           *(["--deterministic"] if deterministic else [])]
+           "--flash-attn", flash_attn, *(["--deterministic"] if deterministic else [])]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -60,12 +62,15 @@ def _run(args: argparse.Namespace) -> None:
 
     backend = LlamaCppBackend(args.path, n_ctx=256, threads=args.threads,
                               kv_cache=args.kv_cache, n_gpu_layers=args.n_gpu_layers,
-                              deterministic=args.deterministic)
+                              flash_attn=args.flash_attn, deterministic=args.deterministic)
     vocab = backend.vocab_size
     ids = [(7 * i + 3) % vocab for i in range(PROBE_IDS)]
-    backend.prefill(ids)
-    backend.forward(ids[:8])
-    backend.append(ids[:1])
+    for i, path in enumerate(backend.paths):
+        if i:
+            backend.use_attention(path)
+        backend.prefill(ids)
+        backend.forward(ids[:8])
+        backend.append(ids[:1])
     print(json.dumps(backend.load.as_dict()))
     backend.close()
 
@@ -76,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--kv-cache", default="auto")
     p.add_argument("--n-gpu-layers", default="auto")
+    p.add_argument("--flash-attn", default="auto")
     p.add_argument("--deterministic", action="store_true")
     args = p.parse_args(argv)
     if args.n_gpu_layers not in ("auto", "all"):

@@ -22,7 +22,8 @@ AGREEMENT = ("on the embedded model, 0 argmax flips in 6,000 ids decoded one at 
 
 def greedy_promise(engine: str, device: str, dtype: str, threads: int = 0) -> tuple[bool, str]:
     """Whether greedy output is independent of how ids are batched into forwards, and why.
-    For llama.cpp, `dtype` names the KV cache (``gguf-kv-q8_0``: `LlamaCppBackend.dtype_name`).
+    For llama.cpp, `dtype` names the KV cache and the attention path (``gguf-kv-q8_0``,
+    ``gguf-kv-f16-noflash``: `LlamaCppBackend.dtype_name`).
 
     >>> greedy_promise("transformers", "cpu", "float32")[0]
     True
@@ -32,17 +33,18 @@ def greedy_promise(engine: str, device: str, dtype: str, threads: int = 0) -> tu
     True
     """
     if engine in ("llamacpp", "llama.cpp"):
-        if not dtype.endswith("kv-f16"):
+        if dtype in ("gguf-kv-q8_0", "gguf-kv-bf16"):
             return True, ("yes (--deterministic): with a q8_0 (or bf16) KV cache every "
                           "llama.cpp forward takes the same attention kernel, so greedy output "
                           "is the same with fill on or off and with a cold or a warm prompt "
                           "cache, on any number of threads, for the embedded model's Q4_1 "
                           "weights (other weight types may round batched matmuls differently: "
                           "python -m ffwd.bench.agreement measures a model)")
-        return False, ("no, not bit for bit: llama.cpp's f16 KV cache (the default, as "
-                       "llama.cpp's own server has it) rounds batched and one-id forwards "
-                       f"apart, so at near-ties greedy output can flip with fill on or off and "
-                       f"with the prompt cache's state: {AGREEMENT}. --deterministic "
+        path = "plain attention" if dtype.endswith("-noflash") else "flash attention"
+        return False, (f"no, not bit for bit: on this attention path ({path}, "
+                       f"{dtype.removeprefix('gguf-')}) llama.cpp rounds batched and one-id "
+                       "forwards apart, so at near-ties greedy output can flip with fill on or "
+                       f"off and with the prompt cache's state: {AGREEMENT}. --deterministic "
                        "(FFWD_DETERMINISTIC=1) makes it bit-identical, at a slower prefill")
     if engine == "transformers" and device == "cpu" and dtype == "float32":
         return True, ("yes: float32 on CPU; greedy output is the same with fill on or off and "

@@ -35,6 +35,7 @@ import os
 import resource
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -69,7 +70,8 @@ class ThreadChooser:
     """Feed it each one-id step's milliseconds; it says when to change the thread count."""
 
     threads: int  # the configured count, the most it will use
-    expected: float | None = None  # ms of a step at `threads` on quiet cores (the cost curve)
+    # ms of a step at `threads` on quiet cores, by cache size (the cost surface)
+    expected: Callable[[int], float] | None = None
     every: int = 64  # steps at the current count before the next trial (doubles up to MAX)
     trial: int = 3  # steps timed per count on trial
     current: int = 0
@@ -105,7 +107,7 @@ class ThreadChooser:
         size = size_class(context)
         usual = self._usual.get((self.current, size))
         if usual is None and self.current == self.threads:
-            usual = self.expected  # until a trial has timed this count at this size
+            usual = self.expected(context) if self.expected else None  # until a trial
         slow = full and usual is not None and median(self._recent) > SLOW * usual
         if self._since < self._wait and not slow:
             return None

@@ -7,7 +7,12 @@ first forward in a child process on llama.cpp (`load`); the transformers
 engine's weights are in `weights`, the cached forward cost curves in `costs`.
 """
 
-from ffwd.models.costs import cost_curve_path, load_or_measure, read_cost_curve
+from ffwd.models.costs import (
+    cost_curve_path,
+    llama_cost_parts,
+    load_or_measure,
+    read_cost_curve,
+)
 from ffwd.models.files import (
     ALIASES,
     DEFAULT_MODEL,
@@ -27,7 +32,7 @@ from ffwd.models.weights import load_model, pick_device, torch_dtype
 
 __all__ = [
     "ALIASES", "DEFAULT_MODEL", "EngineFailure", "ModelRef", "check_engine", "check_vocab",
-    "choose_backend", "cost_curve_path", "engine_for", "load_backend", "load_model",
-    "load_or_measure", "load_tokenizer", "pick_device", "read_cost_curve", "resolve_model",
-    "torch_dtype",
+    "choose_backend", "cost_curve_path", "engine_for", "llama_cost_parts", "load_backend",
+    "load_model", "load_or_measure", "load_tokenizer", "pick_device", "read_cost_curve",
+    "resolve_model", "torch_dtype",
 ]

@@ -1,11 +1,21 @@
-"""The measured forward cost curves, cached per model, engine, dtype, device and threads."""
+"""Measured forward costs, cached per model and everything that changes them.
+
+On llama.cpp that is an `AttentionTable` (every attention path's cost surface,
+the one chosen), keyed on the library's build line, the CPU, where the layers
+run, the threads, the context, the batch and the attention settings; on
+transformers a `CostSurface`, keyed on dtype, device and threads. A
+measurement made while other processes used more than `BUSY` of the CPUs
+serves this process only and is not cached.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,45 +24,62 @@ from ffwd.engine.threads import BUSY
 from ffwd.models.files import ModelRef
 
 log = logging.getLogger("ffwd.models")
+SCHEMA = 2  # the cached files' layout (2: surfaces by depth, attention tables)
 
 
-def cost_curve_path(ref: ModelRef, backend: str, dtype: str, device: str, threads: int) -> Path:
-    """Where a model's measured forward costs are cached (per backend, dtype, device, threads)."""
-    return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{dtype}-{device}-t{threads}.json"
+def cost_curve_path(ref: ModelRef, backend: str, parts: Sequence[object]) -> Path:
+    """Where a model's measured costs are cached for the settings in `parts`."""
+    digest = hashlib.sha256("\n".join(map(str, (SCHEMA, *parts))).encode()).hexdigest()
+    return cache_dir() / "costs" / f"{ref.cache_key}-{backend}-{digest[:20]}.json"
+
+
+def llama_cost_parts(*, device: str, threads: int, n_ctx: int, n_batch: int, kv_cache: str,
+                     flash_attn: str, deterministic: bool) -> tuple[object, ...]:
+    """What a llama.cpp measurement depends on besides the model: the build, the CPU,
+    where the layers run (`device`) and the settings."""
+    from ffwd.engine.native import cpu_model, system_info
+
+    return (system_info(), cpu_model(), device, threads, n_ctx, n_batch, kv_cache, flash_attn,
+            deterministic)
 
 
 def read_cost_curve(path: Path) -> Any:
-    """The `CostCurve` cached at `path`, or None when there is none (or it is damaged)."""
-    from ffwd.engine.cost import CostCurve
+    """What is cached at `path` (an `AttentionTable` or a `CostSurface`), or None when
+    nothing is (or it is damaged)."""
+    from ffwd.engine.attention import AttentionTable
+    from ffwd.engine.cost import CostSurface
 
     try:
-        return CostCurve.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, AssertionError, TypeError):
+        data = json.loads(path.read_text())
+        return AttentionTable.from_dict(data) if "chosen" in data else \
+            CostSurface.from_dict(data)
+    except (OSError, ValueError, KeyError, AssertionError, TypeError, AttributeError):
         return None
 
 
-def load_or_measure(backend: Any, path: Path, refresh: bool = False) -> Any:
-    """The `CostCurve` cached at `path`, or (none there, or `refresh`) a fresh
-    `ffwd.engine.measure.measure`, saved there atomically unless other processes used
+def load_or_measure(backend: Any, path: Path, refresh: bool = False,
+                    measure: Callable[[Any], Any] | None = None) -> Any:
+    """What is cached at `path`, or (none there, or `refresh`) `measure(backend)` (default:
+    `ffwd.engine.measure.measure`), saved there atomically unless other processes used
     more than `BUSY` of the machine meanwhile: then it serves this process only, and the
     next load measures again."""
-    from ffwd.engine.measure import measure
+    from ffwd.engine.measure import measure as measure_surface
     from ffwd.engine.threads import Contention
 
-    curve = None if refresh else read_cost_curve(path)
-    if curve is not None:
-        return curve
+    found = None if refresh else read_cost_curve(path)
+    if found is not None:
+        return found
     watch = Contention()
-    curve = measure(backend)
+    found = (measure or measure_surface)(backend)
     share = watch.share()
     if share is not None and share > BUSY:
-        log.warning("the forward cost curve was measured while other processes used %.0f%% of "
-                    "the CPUs: it is not cached (a load on a quieter machine measures it again)",
-                    100 * share)
-        return curve
+        log.warning("the forward costs were measured while other processes used %.0f%% of "
+                    "the CPUs: they are not cached (a load on a quieter machine measures them "
+                    "again)", 100 * share)
+        return found
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     with os.fdopen(fd, "w") as fh:
-        json.dump(curve.as_dict(), fh)
+        json.dump(found.as_dict(), fh)
     os.replace(tmp, path)
-    return curve
+    return found

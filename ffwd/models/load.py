@@ -11,17 +11,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ffwd.config import cache_dir, resolve_backend
-from ffwd.models.costs import cost_curve_path, load_or_measure
+from ffwd.models.costs import cost_curve_path, llama_cost_parts, load_or_measure
 from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
 from ffwd.models.weights import load_model, pick_device
 
 if TYPE_CHECKING:
     from ffwd.engine.native import LoadReport
+
+
+log = logging.getLogger("ffwd.models")
 
 
 class EngineFailure(ValueError):
@@ -40,17 +46,21 @@ def load_backend(
     context: int = 0,
     llamacpp_log: bool = False,
     kv_cache: str = "auto",
+    flash_attn: str = "auto",
     n_gpu_layers: str | int = "auto",
     deterministic: bool = False,
     tokenizer: Any = None,
     measure_cost: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Any:
     """The engine for `spec`: a `LlamaCppBackend` or an `HFBackend` (`choose_backend`).
 
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
     `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
-    curve comes from the cache unless `measure_cost` asks for a new measurement.
-    `deterministic` takes the exact path (`ffwd.config.engine.exact`).
+    surface (and on llama.cpp the attention path, `ffwd.engine.attention`) comes
+    from the cache unless `measure_cost` asks for a new measurement; `progress`
+    hears what a measurement is doing. `deterministic` takes the exact path
+    (`ffwd.config.engine.exact`).
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
@@ -58,16 +68,16 @@ def load_backend(
         from ffwd.engine.llamacpp import LlamaCppBackend
 
         check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
-                     deterministic=deterministic)
+                     deterministic=deterministic, flash_attn=flash_attn)
         engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
-                                 log=llamacpp_log, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
-                                 deterministic=deterministic)
+                                 log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
+                                 n_gpu_layers=n_gpu_layers, deterministic=deterministic)
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
-        # The GGUF file fixes the weights' types, and the cache key names the file.
-        path = cost_curve_path(ref, "llamacpp", engine.dtype_name, engine.device_key,
-                               engine.threads)
-        engine.cost = load_or_measure(engine, path, measure_cost)
+        choose_attention(engine, cost_curve_path(ref, "llamacpp", llama_cost_parts(
+            device=engine.device_key, threads=engine.threads, n_ctx=engine.n_ctx,
+            n_batch=engine.max_append, kv_cache=kv_cache, flash_attn=flash_attn,
+            deterministic=deterministic)), measure_cost, progress)
         return engine
     import torch
 
@@ -77,15 +87,36 @@ def load_backend(
         torch.set_num_threads(threads)
     model = load_model(ref, dtype=dtype, device=dev)
     hf = HFBackend(model, prefill_chunk=prefill_chunk)
-    hf.cost = load_or_measure(hf, cost_curve_path(
-        ref, "transformers", str(model.dtype).removeprefix("torch."), str(hf.device),
-        torch.get_num_threads(),
-    ), measure_cost)
+    hf.cost = load_or_measure(hf, cost_curve_path(ref, "transformers", (
+        str(model.dtype).removeprefix("torch."), str(hf.device), torch.get_num_threads())),
+        measure_cost)
     return hf
 
 
+def choose_attention(engine: Any, path: Path, refresh: bool,
+                     progress: Callable[[str], None] | None) -> None:
+    """Put `engine` on the attention path measured fastest here (cached at `path`), with
+    that path's cost surface; a first measurement says what it does through `progress`."""
+    from ffwd.engine.attention import AttentionPath, Mix
+    from ffwd.engine.measure import measure_paths
+    from ffwd.engine.native import available_mib
+
+    def run(backend: Any) -> Any:
+        say = progress or (lambda text: log.info("measuring attention paths: %s", text))
+        say(f"timing {len(backend.paths)} attention path(s) on this machine, once "
+            "(cached): " + ", ".join(p.name for p in backend.paths))
+        return measure_paths(backend, backend.paths, Mix(), available_mib() / 2, say)
+
+    table = load_or_measure(engine, path, refresh, run)
+    chosen = AttentionPath.parse(table.chosen)
+    if chosen != engine.attention:
+        engine.use_attention(chosen)
+    engine.cost = table.paths[table.chosen].surface
+    engine.attention_table = table
+
+
 def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
-                 deterministic: bool = False) -> LoadReport:
+                 deterministic: bool = False, flash_attn: str = "auto") -> LoadReport:
     """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.probe`),
     and say where it put the weights and the cache; raise `EngineFailure` with what
     failed and what to do. A success is cached per library build, CPU, model and settings."""
@@ -95,6 +126,7 @@ def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: st
     line = system_info()
     key = hashlib.sha256("\n".join(map(str, (
         line, cpu_model(), ref.cache_key, threads, kv_cache, n_gpu_layers, deterministic,
+        flash_attn, "paths",  # every attention path the loader may time
     ))).encode()).hexdigest()
     mark = cache_dir() / "checks" / f"{key[:24]}.json"
     try:
@@ -102,7 +134,8 @@ def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: st
     except (OSError, ValueError, KeyError, TypeError):
         pass
     found = first_forward(str(ref.path), threads=threads, kv_cache=kv_cache,
-                          n_gpu_layers=n_gpu_layers, deterministic=deterministic)
+                          n_gpu_layers=n_gpu_layers, deterministic=deterministic,
+                          flash_attn=flash_attn)
     if isinstance(found, str):
         raise EngineFailure(
             f"{found}: llama.cpp cannot run {ref.name} on this machine ({cpu_model()}; build: "

@@ -260,10 +260,12 @@ def load_service(
     prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
     limits: TokenLimits | None = None,
     on_step: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ModelService:
     """Load `model` (a name `models.resolve_model` accepts) and wrap it in a ModelService.
 
-    `on_step` is called after each of the three loading steps (for a progress bar).
+    `on_step` is called after each of the three loading steps (for a progress bar);
+    `progress` hears what a first load's cost measurement is doing.
     """
     import gc
 
@@ -273,7 +275,7 @@ def load_service(
     ref = resolve_model(model)
     tokenizer = load_tokenizer(ref)
     step("tokenizer")
-    backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
+    backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
     step("weights")
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,

@@ -1,4 +1,4 @@
-"""Cost curves: measured on a real (tiny) backend, cached, interpolated, kept current."""
+"""Cost surfaces: measured on a real (tiny) backend, cached, interpolated, kept current."""
 
 from __future__ import annotations
 
@@ -8,55 +8,97 @@ from pathlib import Path
 import pytest
 
 import ffwd.models.costs
-from ffwd.engine.cost import CostCurve
+from ffwd.engine.cost import CostSurface, flat
 from ffwd.engine.measure import measure
 from ffwd.engine.threads import Contention
-from ffwd.fill.spans import Undo
+from ffwd.fill.spans import Undo, choose_span
 from ffwd.models import load_or_measure
 from tests.engine.tiny_models import tiny_backend
 
 
 def test_measure_covers_every_point_and_leaves_the_cache_empty() -> None:
     b = tiny_backend("llama")
-    curve = measure(b, context=16, repeats=1)
-    assert sorted(curve.rows) == sorted(curve.last) == [1, 2, 4, 8, 16, 32]
-    assert all(ms > 0 for ms in [*curve.rows.values(), *curve.last.values()])
-    assert curve.undo == Undo() and curve.max_append == b.max_append
+    surface = measure(b, context=16, repeats=1, depths=())
+    assert surface.depths == [16]
+    assert sorted(surface.rows[16]) == [1, 2, 4, 8, 16, 32]
+    assert sorted(surface.last[16]) == [1, 2, 4, 8, 16, 32, b.max_append]  # a prefill chunk
+    assert all(ms > 0 for by_m in (surface.rows, surface.last) for ms in by_m[16].values())
+    assert surface.undo == Undo() and surface.max_append == b.max_append
     assert b.cache_len == 0
+
+
+def test_measure_times_the_widths_and_a_prefill_chunk_at_each_depth() -> None:
+    b = tiny_backend("llama")  # 64-id chunks, a context of 512
+    surface = measure(b, context=16, repeats=1, depths=(128, 256), widths=(1, 4), budget_s=60)
+    assert surface.depths == [16, 128, 256]
+    assert sorted(surface.last[128]) == [1, 4, b.max_append]  # the chunk that started there
+    assert sorted(surface.rows[256]) == [1, 4]
+    # Rows at depth: the last row measured there plus the head's excess measured shallow.
+    excess = surface.rows[16][4] - surface.last[16][4]
+    assert surface.rows[128][4] == pytest.approx(surface.last[128][4] + max(0.0, excess))
+    assert b.cache_len == 0
+
+
+def test_measure_stops_growing_where_the_budget_runs_out() -> None:
+    b = tiny_backend("llama")
+    surface = measure(b, context=16, repeats=1, depths=(128, 256), widths=(1,), budget_s=0.0)
+    assert surface.depths == [16]  # priced from the shallow depth everywhere
 
 
 def test_measure_prices_restore_where_the_cache_cannot_rewind() -> None:
     b = tiny_backend("qwen3_next")
-    curve = measure(b, context=16, repeats=1, points=(1, 2, 4))
-    assert curve.undo.replay and curve.undo.after > 0 and curve.undo.before > 0
+    surface = measure(b, context=16, repeats=1, points=(1, 2, 4))
+    assert surface.undo.replay and surface.undo.after > 0 and surface.undo.before > 0
+    assert surface.depths == [16]  # nothing to grow through without a rewind
 
 
 def test_one_id_at_a_time_backends_cannot_forward_spans() -> None:
     b = tiny_backend("mamba")
-    curve = measure(b, context=8, repeats=1, points=(1, 2, 4))
-    assert list(curve.rows) == [1]
-    assert math.isinf(curve.cost(2))
+    surface = measure(b, context=8, repeats=1, points=(1, 2, 4))
+    assert list(surface.rows[8]) == [1]
+    assert math.isinf(surface.cost(2))
 
 
-def test_interpolation_and_the_running_level() -> None:
-    curve = CostCurve({1: 10.0, 4: 16.0}, {1: 9.0, 4: 12.0}, max_append=64)
-    assert curve.cost(2) == pytest.approx(12.0)
-    assert curve.cost(2, "last") == pytest.approx(10.0)
+def test_interpolation_in_width_and_depth_and_the_running_level() -> None:
+    s = CostSurface({0: {1: 10.0, 4: 16.0}, 1000: {1: 20.0, 4: 40.0}},
+                    {0: {1: 9.0, 4: 12.0}, 1000: {1: 19.0, 4: 30.0}}, max_append=64)
+    assert s.cost(2) == pytest.approx(12.0)
+    assert s.cost(2, "last") == pytest.approx(10.0)
+    assert s.cost(4, depth=500) == pytest.approx(28.0)  # halfway between the depths
+    assert s.cost(4, depth=2000) == pytest.approx(64.0)  # the last slope carried on
     for _ in range(200):  # the machine got twice as slow
-        curve.observe(1, 18.0, "last")
-    assert curve.cost(1) == pytest.approx(20.0, rel=0.01)
-    assert curve.cost(4) == pytest.approx(32.0, rel=0.01)  # the whole curve moved
-    assert math.isinf(curve.cost(65))
+        s.observe(1, 38.0, "last", depth=1000)
+    assert s.cost(1) == pytest.approx(20.0, rel=0.01)  # the whole surface moved
+    assert s.cost(4, depth=1000) == pytest.approx(80.0, rel=0.01)
+    assert math.isinf(s.cost(65))
     with pytest.raises(ValueError):
-        curve.cost(0)
+        s.cost(0)
+
+
+def test_a_span_is_priced_at_the_depth_it_runs_at() -> None:
+    # Shaped as measured on two cores with flash attention on an f16 cache: at depth 0 a
+    # 16-id forward costs 6 one-id steps, at depth 3k it costs 12.
+    s = CostSurface({0: {1: 10.0, 4: 21.0, 8: 36.0, 16: 60.0},
+                     3000: {1: 45.0, 4: 150.0, 8: 290.0, 16: 540.0}},
+                    {0: {1: 10.0, 16: 55.0}, 3000: {1: 45.0, 16: 530.0}}, max_append=512)
+    accept = [0.8] * 16
+    shallow = choose_span(s.at(0), accept, 16)
+    deep = choose_span(s.at(3000), accept, 16)
+    assert shallow.length > deep.length > 0
+    assert choose_span(s.at(3000), [0.6] * 16, 16).length == 0  # declined deep, not shallow
+    assert choose_span(s.at(0), [0.6] * 16, 16).length > 0
 
 
 def test_bad_tables_are_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
-        CostCurve({1: 0.0}, {1: 1.0}, max_append=8)
+        flat({1: 0.0}, {1: 1.0}, max_append=8)
+    with pytest.raises(ValueError, match="depths"):
+        CostSurface({0: {1: 1.0}}, {5: {1: 1.0}}, max_append=8)
 
 
-def test_load_or_measure_caches_the_curve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_or_measure_caches_the_surface(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ffwd.models.costs, "BUSY", 1.01)  # kept however busy this machine is
     path = tmp_path / "curves" / "tiny.json"
     first = load_or_measure(tiny_backend("llama"), path)
@@ -67,13 +109,13 @@ def test_load_or_measure_caches_the_curve(tmp_path: Path, monkeypatch: pytest.Mo
     assert load_or_measure(tiny_backend("llama"), path).rows.keys() == first.rows.keys()
 
 
-def test_a_curve_measured_on_busy_cores_is_not_cached(
+def test_a_surface_measured_on_busy_cores_is_not_cached(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(Contention, "share", lambda self: 0.6)
     path = tmp_path / "curves" / "tiny.json"
-    curve = load_or_measure(tiny_backend("llama"), path)
-    assert curve.rows and not path.exists()
+    surface = load_or_measure(tiny_backend("llama"), path)
+    assert surface.rows and not path.exists()
     assert "not cached" in caplog.text and "60%" in caplog.text
     monkeypatch.setattr(Contention, "share", lambda self: 0.05)
     load_or_measure(tiny_backend("llama"), path)

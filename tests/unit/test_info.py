@@ -43,17 +43,20 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     info = json.loads(capsys.readouterr().out)
     assert info["model"] == "SmolLM2-135M-Instruct" and Path(info["path"]).is_file()
     assert info["path"].endswith(".gguf") and info["size"].endswith("MiB")
-    assert (info["backend"], info["device"], info["dtype"], info["threads"]) == (
-        "llamacpp", "cpu", "the GGUF file's own, KV cache f16", "1")  # auto: llama.cpp
+    assert (info["backend"], info["device"], info["threads"]) == ("llamacpp", "cpu", "1")
+    # The KV cache is the attention path's the first load measured fastest.
+    assert info["dtype"].startswith("the GGUF file's own, KV cache ")
     assert info["tool_format"] == "hermes" and info["template"].startswith("builtin hermes")
     assert info["context_window"] == 8192 and info["vocab_size"] == 49152
     assert info["fill_served"] in ("off", "strict", "echo")
-    assert info["greedy_deterministic"] is False and "--deterministic" in info["greedy_determinism"]
+    if not info["greedy_deterministic"]:  # unless the path measured fastest is exact
+        assert "--deterministic" in info["greedy_determinism"]
     assert info["engine_check"].startswith("ok") and "CPU" in info["layout"]
     assert "AVX" in info["llama_cpp_build"] or "NEON" in info["llama_cpp_build"]
     assert ffwd_main(["info", "--json", "--threads", "1", "--deterministic"]) == 0
     exact = json.loads(capsys.readouterr().out)
-    assert exact["dtype"] == "the GGUF file's own, KV cache q8_0"
+    assert exact["dtype"] in ("the GGUF file's own, KV cache q8_0",
+                              "the GGUF file's own, KV cache bf16")
     assert exact["greedy_deterministic"] is True
     assert ffwd_main(["info", "--json", "--backend", "transformers", "--dtype", "float32"]) == 0
     hf = json.loads(capsys.readouterr().out)
@@ -92,47 +95,62 @@ def test_readme_links_stay_inside_the_repository() -> None:
             assert (root / link).exists(), link
 
 
-def test_info_reports_the_cost_curve_once_measured(
+def test_info_reports_the_attention_table_once_measured(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ffwd.models
-    from ffwd.engine.cost import CostCurve
+    from ffwd.engine.attention import AttentionTable, Measured
+    from ffwd.engine.cost import flat
 
-    seen: list[tuple[str, str, str, int]] = []
+    seen: list[tuple[object, ...]] = []
 
-    def path(ref: object, backend: str, dtype: str, device: str, threads: int) -> Path:
-        seen.append((backend, dtype, device, threads))
-        return tmp_path / "curve.json"
+    def path(ref: object, backend: str, parts: tuple[object, ...]) -> Path:
+        seen.append((backend, *parts[2:]))
+        return tmp_path / "costs.json"
 
     monkeypatch.setattr(ffwd.models, "cost_curve_path", path)
     argv = ["info", "--json", "--device", "cpu", "--threads", "2"]
     assert ffwd_main(argv) == 0
-    assert json.loads(capsys.readouterr().out)["cost_curve"].startswith("not measured yet")
-    assert seen == [("llamacpp", "gguf-kv-f16", "cpu", 2)]  # the key the loader uses
-    curve = CostCurve({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
-    (tmp_path / "curve.json").write_text(json.dumps(curve.as_dict()))
+    out = json.loads(capsys.readouterr().out)
+    assert out["attention"].startswith("not measured yet")
+    # The key the loader uses: where it runs, threads, context, batch, the settings.
+    assert seen == [("llamacpp", "cpu", 2, 8192, 512, "auto", "auto", False)]
+    surface = flat({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
+    table = AttentionTable({"flash/f16": Measured(surface, 278.0),
+                            "plain/f16": Measured(surface, 346.0)}, "plain/f16", "fastest")
+    (tmp_path / "costs.json").write_text(json.dumps(table.as_dict()))
     assert ffwd_main(argv) == 0
-    assert "all rows {1: 9.5, 4: 12.2}, last row {1: 9.0, 4: 10.0}" in json.loads(
-        capsys.readouterr().out)["cost_curve"]
+    out = json.loads(capsys.readouterr().out)
+    assert out["attention"][-1] == "   chosen: plain/f16 (fastest)"
+    assert "at depth      0           | 9.0     10.0" in out["cost_surface"]
+    assert out["dtype"] == "the GGUF file's own, KV cache f16"
+    assert out["greedy_deterministic"] is False
 
 
-def test_measure_cost_replaces_a_stale_curve(
+def test_measure_cost_replaces_a_stale_table(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ffwd.models
     import ffwd.models.costs
     import ffwd.models.load
-    from ffwd.engine.cost import CostCurve
+    from ffwd.engine.attention import AttentionTable, Measured
+    from ffwd.engine.cost import flat
     from ffwd.fill.spans import POINTS
 
     for module in (ffwd.models, ffwd.models.load):
-        monkeypatch.setattr(module, "cost_curve_path", lambda *a: tmp_path / "curve.json")
-    # However busy this machine is, the new curve is kept (busy ones are tested apart).
+        monkeypatch.setattr(module, "cost_curve_path", lambda *a: tmp_path / "costs.json")
+    # However busy this machine is, the new table is kept (busy ones are tested apart).
     monkeypatch.setattr(ffwd.models.costs, "BUSY", 1.01)
-    stale = CostCurve({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)
-    (tmp_path / "curve.json").write_text(json.dumps(stale.as_dict()))
-    argv = ["info", "--json", "--device", "cpu", "--threads", "1", "--measure-cost"]
+    stale = flat({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)
+    table = AttentionTable({"flash/q8_0": Measured(stale, 1.0)}, "flash/q8_0", "stale")
+    (tmp_path / "costs.json").write_text(json.dumps(table.as_dict()))
+    # One path (flash attention on an f16 cache) keeps the measurement short.
+    argv = ["info", "--json", "--device", "cpu", "--threads", "1", "--flash-attn", "on",
+            "--kv-cache", "f16", "--measure-cost"]
     assert ffwd_main(argv) == 0
-    assert "999" not in json.loads(capsys.readouterr().out)["cost_curve"]
-    fresh = CostCurve.from_dict(json.loads((tmp_path / "curve.json").read_text()))
-    assert sorted(fresh.rows) == sorted(fresh.last) == list(POINTS)
+    assert "999" not in json.loads(capsys.readouterr().out)["cost_surface"]
+    fresh = AttentionTable.from_dict(json.loads((tmp_path / "costs.json").read_text()))
+    assert fresh.chosen == "flash/f16" and list(fresh.paths) == ["flash/f16"]
+    surface = fresh.paths["flash/f16"].surface
+    assert surface is not None and len(surface.depths) >= 2  # priced by depth
+    assert sorted(surface.rows[surface.depths[0]]) == list(POINTS)

@@ -61,7 +61,7 @@ def test_shared_cores_move_to_fewer_threads_within_a_few_steps() -> None:
 
 def test_the_cost_curve_says_a_first_step_is_slow() -> None:
     # Shared from the start: the quiet cost of a step (10 ms) shows the first steps are slow.
-    chooser = ThreadChooser(2, expected=10.0)
+    chooser = ThreadChooser(2, expected=lambda depth: 10.0)
     counts, _ = run(chooser, shared, 100)
     assert counts.index(1) <= chooser.trial
     blind = ThreadChooser(2)  # without it, only the first scheduled trial finds out
@@ -73,7 +73,7 @@ def test_a_step_slow_for_a_short_cache_is_slow_though_long_caches_were_slower() 
     # A long conversation (8k ids: 30 ms a step on quiet cores) teaches the chooser that
     # 2 threads is best and trials grow rare; then a short request (7 ms quiet) meets
     # another process. Its 28 ms steps are slow for its cache, not for 8k ids.
-    chooser = ThreadChooser(2, expected=7.0)
+    chooser = ThreadChooser(2, expected=lambda depth: 7.0 if depth < 1000 else 30.0)
     long = {2: 30.0, 1: 45.0}
     for _ in range(3000):
         count = chooser.observe(long[chooser.current], context=8000)
