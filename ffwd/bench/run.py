@@ -201,8 +201,8 @@ def start_systems(
             built.append(FfwdHTTP(started[key].url, fill, name, grammar, recall))
         elif sys_name.base == LLAMA_SERVER:
             start = partial(servers.llama_server, str(setup.ref.path), setup.threads,
-                            service.context_window, 512, sys_name.spec)
-            peer = LlamaServerHTTP(start, decoder, sys_name.spec)
+                            service.context_window, 512, sys_name.spec, sys_name.flash)
+            peer = LlamaServerHTTP(start, decoder, sys_name.spec, name)
             stack.callback(peer.close)
             built.append(peer)
         else:

@@ -17,10 +17,10 @@ def test_append_asks_llama_cpp_for_the_last_row_only() -> None:
     lib = init_llama()
     b.prefill([5, 6, 7, 8])
     b.forward([9, 10, 11])
-    assert all(lib.llama_get_logits_ith(b._ctx, i) for i in range(3))
+    assert all(lib.llama_get_logits_ith(b._ctx[0], i) for i in range(3))
     b.append([12, 13, 14])
-    assert not lib.llama_get_logits_ith(b._ctx, 0)  # never computed, never copied
-    assert lib.llama_get_logits_ith(b._ctx, 2)
+    assert not lib.llama_get_logits_ith(b._ctx[0], 0)  # never computed, never copied
+    assert lib.llama_get_logits_ith(b._ctx[0], 2)
 
 
 def test_llama_cpp_logs_nothing_unless_asked(capfd: pytest.CaptureFixture[str]) -> None:

@@ -44,7 +44,7 @@ def greedy(backend: LlamaCppBackend, steps: int, seen: list[int] | None = None) 
         out.append(token)
         logits = backend.append([token])
         if seen is not None:
-            seen.append(int(lib.llama_n_threads(backend._ctx)))
+            seen.append(int(lib.llama_n_threads(backend._ctx[0])))
     return out
 
 
@@ -62,4 +62,4 @@ def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -
     for others, batch in ((0.0, 2), (0.9, Flip.settled)):
         flipping._others = Share(others)  # type: ignore[assignment]
         flipping.forward([5, 6, 7])
-        assert int(init_llama().llama_n_threads_batch(flipping._ctx)) == batch
+        assert int(init_llama().llama_n_threads_batch(flipping._ctx[0])) == batch

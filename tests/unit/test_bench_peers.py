@@ -57,6 +57,9 @@ def test_the_native_command_carries_the_bench_settings(venv: Path) -> None:
     assert "--spec-type" not in llama_server.command("m.gguf", 1, 1, 512, 512)
     with pytest.raises(ValueError, match="speculation mode"):
         llama_server.command("m.gguf", 1, 1, 512, 512, "draft-eagle3")
+    off = llama_server.command("m.gguf", 1, 1, 512, 512, "ngram-mod", "off")
+    assert off[-2:] == ["--flash-attn", "off"] and "ngram-mod" in off
+    assert "--flash-attn" not in llama_server.command("m.gguf", 1, 1, 512, 512)
 
 
 def test_without_it_the_fallback_runs_the_same_settings(venv: Path) -> None:
@@ -72,7 +75,7 @@ def test_the_native_server_knows_every_flag_the_bench_passes() -> None:
     assert binary is not None
     help_text = subprocess.run([str(binary), "--help"], capture_output=True, text=True,
                                timeout=60).stdout
-    flags = [a for a in llama_server.command("m.gguf", 1, 1, 512, 512, "ngram-mod")
+    flags = [a for a in llama_server.command("m.gguf", 1, 1, 512, 512, "ngram-mod", "off")
              if a.startswith("--")]
     assert flags and all(f"{flag} " in help_text or f"{flag}," in help_text for flag in flags)
     assert "ngram-mod" in help_text

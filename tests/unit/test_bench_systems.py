@@ -45,9 +45,15 @@ def test_a_variant_is_an_engine_for_ffwd_and_a_speculation_mode_for_llama_server
     assert parse_system("llama-server") == SystemName("llama-server")
     kv = parse_system("ffwd-off:kv-f16")  # llama.cpp with an f16 KV cache
     assert (kv.engine, kv.kv, kv.name) == ("llamacpp", "f16", "ffwd-off:kv-f16")
+    # llama.cpp's other attention path, alone or with a speculation mode.
+    off = parse_system("llama-server:fa-off+ngram-mod")
+    assert (off.flash, off.spec, off.name) == ("off", "ngram-mod", "llama-server:fa-off+ngram-mod")
+    assert parse_system("llama-server:fa-off") == SystemName("llama-server", flash="off")
     for bad in ("llama-server:llamacpp", "ffwd-off:ngram-mod", "hf-generate:transformers",
                 "llama-server:ngram-nope", "llama-server:", "nope", "ffwd-off:cuda",
-                "llama-server:kv-f16", "ffwd-off:kv-f32"):
+                "llama-server:kv-f16", "ffwd-off:kv-f32", "llama-server:fa-off+",
+                "llama-server:fa-off+ngram-nope", "llama-server:ngram-mod+fa-off",
+                "ffwd-off:fa-off"):
         with pytest.raises(ValueError):
             parse_system(bad)
 

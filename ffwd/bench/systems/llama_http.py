@@ -24,10 +24,11 @@ class LlamaServerHTTP:
     """
 
     def __init__(
-        self, start: Callable[[], ChildServer], decoder: Decoder, spec: str | None = None
+        self, start: Callable[[], ChildServer], decoder: Decoder, spec: str | None = None,
+        name: str | None = None,
     ) -> None:
         self.start, self.decoder, self.spec = start, decoder, spec
-        self.name = f"{LLAMA_SERVER}:{spec}" if spec else LLAMA_SERVER
+        self.name = name or (f"{LLAMA_SERVER}:{spec}" if spec else LLAMA_SERVER)
         self.client = http_client()
         self.server = start()
         self.used = False  # whether a request ran since the process started

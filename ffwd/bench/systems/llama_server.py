@@ -7,7 +7,7 @@ missing, the bench runs llama.cpp's server from the prebuilt xllamacpp wheel
 instead (this module's `main`):
 
     python -m ffwd.bench.systems.llama_server --model FILE.gguf --port N [--threads T]
-        [--ctx N] [--batch N] [--spec MODE]
+        [--ctx N] [--batch N] [--spec MODE] [--flash-attn on|off]
 
 That wheel is a portable build (AVX2 at most), so on a newer CPU its kernels
 are slower than the engine's: every report names it as the fallback, never as
@@ -20,9 +20,11 @@ llama.cpp backend uses, no warm-up (the bench warms every system alike) and
 no host-memory prompt cache (ffwd's servers run with ``--prompt-cache-bytes
 0``; the live slot still serves a growing conversation's prefix).
 
-``--spec`` turns on one of llama.cpp's draft-free speculation modes (`MODES`,
-its ``--spec-type``) with llama.cpp's own defaults for that mode, as a user of
-``llama-server --spec-type MODE`` gets them. Some keep state from one request
+``--flash-attn`` sets its attention path (llama.cpp's default: flash
+attention on where the backend has it). ``--spec`` turns on one of llama.cpp's
+draft-free speculation modes (`MODES`, its ``--spec-type``) with llama.cpp's
+own defaults for that mode, as a user of ``llama-server --spec-type MODE``
+gets them. Some keep state from one request
 to the next (``ngram-mod``'s hash pool is shared by all requests,
 ``ngram-map-k`` drafts more on a prompt it saw before): only a fresh process
 starts empty. Each response's ``timings`` then carries ``draft_n`` (ids
@@ -55,7 +57,8 @@ def native_binary() -> Path | None:
 
 
 def command(
-    gguf: str, port: int, threads: int, ctx: int, batch: int, spec: str | None = None
+    gguf: str, port: int, threads: int, ctx: int, batch: int, spec: str | None = None,
+    flash: str | None = None,
 ) -> list[str]:
     """The command line of the peer server: the native binary where it is built, else
     this module on xllamacpp (the same settings either way)."""
@@ -65,12 +68,13 @@ def command(
     if binary is None:
         return [sys.executable, "-m", __name__, "--model", gguf, "--port", str(port),
                 "--threads", str(threads), "--ctx", str(ctx), "--batch", str(batch),
-                *(["--spec", spec] if spec else [])]
+                *(["--spec", spec] if spec else []),
+                *(["--flash-attn", flash] if flash else [])]
     return [str(binary), "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
             "--threads", str(threads), "--threads-batch", str(threads),
             "--ctx-size", str(ctx), "--batch-size", str(batch), "--ubatch-size", str(batch),
             "--parallel", "1", "--swa-full", "--no-warmup", "--no-webui", "--cache-ram", "0",
-            *(["--spec-type", spec] if spec else [])]
+            *(["--spec-type", spec] if spec else []), *(["--flash-attn", flash] if flash else [])]
 
 
 def build() -> dict[str, Any]:
@@ -135,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--spec", choices=MODES, default=None,
                    help="a draft-free speculation mode (default: none)")
+    p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
+                   help="flash attention (default: llama.cpp's auto)")
     p.add_argument("--verbose", action="store_true", help="llama-server's own log")
     args = p.parse_args(argv)
 
@@ -154,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     params.verbosity = 3 if args.verbose else 0
     if args.spec:
         params.speculative.types = [spec_type(args.spec)]
+    params.flash_attn_type = {"auto": -1, "off": 0, "on": 1}[args.flash_attn]
     server = xllamacpp.Server(params)  # listens until the process ends
     print(f"llama-server listening at {server.listening_address}", file=sys.stderr, flush=True)
     stop = threading.Event()

@@ -107,11 +107,15 @@ def ffwd_server(
 
 
 def llama_server(
-    gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None
+    gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None,
+    flash: str | None = None,
 ) -> ChildServer:
-    """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off)."""
+    """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off);
+    `flash`: its -fa setting (None: its default)."""
     from ffwd.bench.systems.llama_server import command
 
     port = free_port()
-    cmd = command(gguf, port, threads, n_ctx, n_batch, spec)
-    return ChildServer("llama-server" + (f"-{spec}" if spec else ""), cmd, port)
+    cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash)
+    name = "-".join(["llama-server", *([f"fa-{flash}"] if flash else []),
+                     *([spec] if spec else [])])
+    return ChildServer(name, cmd, port)
