@@ -239,8 +239,8 @@ class Sampler:
 
     def sample(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> int:
         """The id at output position ``len(generated)``."""
-        if self.plain_greedy:
-            return int(logits.argmax())  # the hot path: no copy, no processing
+        if self.plain_greedy:  # the hot path: no copy, no processing
+            return argmax(logits)
         if self.greedy:
             return int(self.process(logits, generated).argmax())
         return self.draw(self.probs(logits, generated), len(generated))
@@ -254,6 +254,14 @@ class Sampler:
                                           right=True)), probs.shape[-1] - 1)
 
     __call__ = sample
+
+
+def argmax(rows: torch.Tensor) -> int:
+    """The argmax of one float32 CPU row: numpy's, a few µs where torch's dispatch and
+    reduction cost ~60 µs on a 49k vocabulary (on every decode step)."""
+    if rows.device.type != "cpu" or rows.dtype != torch.float32:
+        return int(rows.argmax())
+    return int(rows.numpy().argmax())
 
 
 def make_sampler(
@@ -299,7 +307,9 @@ def verify_span(
     fast_greedy = sampler.plain_greedy
     if fast_greedy:
         # One argmax over all rows instead of a processing pass per row.
-        choice = logits[: len(proposed) + 1].argmax(dim=-1).tolist()
+        head = logits[: len(proposed) + 1]
+        choice = (head.numpy().argmax(axis=-1) if head.device.type == "cpu"
+                  and head.dtype == torch.float32 else head.argmax(dim=-1)).tolist()
     for j, tok in enumerate(proposed):
         if fast_greedy:
             if choice[j] != tok:
