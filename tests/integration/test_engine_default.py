@@ -71,7 +71,7 @@ def test_deterministic_gives_the_same_logits_however_ids_are_batched(tokenizer: 
     # and cold and warm prefills give bit-identical logits, past the 256 ids where an f16
     # cache splits a one-id forward's attention over the threads.
     backend = load_backend("default", tokenizer=tokenizer, deterministic=True)
-    assert backend.kv_type == "q8_0"
+    assert backend.attention.flash and backend.kv_type in ("q8_0", "bf16")  # as measured
     prompt = encode_prompt(tokenizer, agreement.PROMPTS[0])
     result = agreement.measure(backend, [prompt], tokens=320, span=16)
     assert result["from"]["positions"] > 64
@@ -80,17 +80,19 @@ def test_deterministic_gives_the_same_logits_however_ids_are_batched(tokenizer: 
 
 
 def test_the_default_rounds_apart_only_at_near_ties(tokenizer: Any) -> None:
-    # The default (an f16 cache, as llama.cpp's server has it) is not bit-exact: its logits
-    # differ between batched and one-id forwards, but by rounding, so the greedy choice
-    # agrees almost everywhere (README states the measured rate).
+    # The default (the attention path measured fastest here; plain attention on an f16
+    # cache on this project's machines) is not bit-exact: its logits differ between
+    # batched and one-id forwards, but by rounding, so the greedy choice agrees almost
+    # everywhere (README states the measured rate per path).
     backend = load_backend("default", tokenizer=tokenizer)
-    assert backend.kv_type == "f16"
+    assert backend.attention_table is not None
+    assert backend.attention.name == backend.attention_table.chosen
     prompt = encode_prompt(tokenizer, agreement.PROMPTS[0])
     result = agreement.measure(backend, [prompt], tokens=320, span=16)
     positions = sum(result[p]["positions"] for p in ("below", "from"))
     flips = sum(result[p]["flips"] for p in ("below", "from"))
-    assert positions >= 300 and flips <= 0.02 * positions
-    assert max(result[p]["max_abs_diff"] for p in ("below", "from")) < 2.0
+    assert positions >= 300 and flips <= 0.05 * positions
+    assert max(result[p]["max_abs_diff"] for p in ("below", "from")) < 2.5
 
 
 def test_greedy_echo_is_identical_to_off(backend: Any, tokenizer: Any) -> None:
