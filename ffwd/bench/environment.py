@@ -36,8 +36,11 @@ def environment(
         "transformers": transformers.__version__, "llama_cpp": version("llama-cpp-python"),
         "llama_cpp_system_info": system_info(), "backend": engine,
         "model": ref.name, "model_path": str(ref.path),
-        # llama.cpp: gguf-kv-<the KV cache's type>
+        # llama.cpp: gguf-kv-<the KV cache's type>[-noflash]
         "dtype": backend.dtype_name, "device": str(backend.device),
+        # llama.cpp: every attention path as timed at load, and the one chosen
+        "attention": (backend.attention_table.describe(backend.context_window)
+                      if backend.attention_table is not None else None),
         **builds([parse_system(n) for n in names], engine),
     }
 

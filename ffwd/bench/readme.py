@@ -98,7 +98,8 @@ def section(runs: Sequence[Mapping[str, Any]]) -> str:
             *e2e_table(summary), "",
             *_extra_rows(results),
             *report.correctness_lines(results["correctness"]), "",
-            "Builds:", "", *report.build_lines(env), *report.fallback_note(env), "",
+            "Builds:", "", *report.build_lines(env), *report.fallback_note(env),
+            *report.attention_lines(env), "",
         ]
     return "\n".join(out).rstrip() + "\n"
 

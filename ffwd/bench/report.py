@@ -257,6 +257,15 @@ def bound_lines(bound: Mapping[str, float], summary: Mapping[str, Any]) -> list[
     return lines
 
 
+def attention_lines(env: Mapping[str, Any]) -> list[str]:
+    """The attention paths ffwd's load timed, and the one it chose (llama.cpp only)."""
+    if not env.get("attention"):
+        return []
+    return ["", "ffwd's attention path, as its load timed each (ms per forward of 1 id/16 "
+            "ids by cache depth, an agent turn's expected time, memory):", "", "```",
+            *env["attention"], "```"]
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     env, settings = results["environment"], results["settings"]
     summary, sp = results["summary"], results["speedups"]
@@ -272,7 +281,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         f"{env['load_before']} before, {env['load_after']} after. Fill settings: "
         + (", ".join(f"{k}={v}" for k, v in settings.get("fill", {}).items()) or "defaults")
         + ".", "",
-        "Builds:", "", *build_lines(env), *fallback_note(env),
+        "Builds:", "", *build_lines(env), *fallback_note(env), *attention_lines(env),
         "",
         "## Results", "",
         "Medians over repeats of each workload's totals. wall s = whole requests (ffwd: "

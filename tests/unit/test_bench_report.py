@@ -116,7 +116,9 @@ def fake_results() -> dict[str, Any]:
     return {
         "environment": {"model": "m", "model_path": "/m.gguf", "dtype": "float32", "threads": 2,
                         "cpu": "cpu", "cpu_count": 2, "torch": "t", "transformers": "x",
-                        "python": "3.11", "load_before": [0.1], "load_after": [0.2]},
+                        "python": "3.11", "load_before": [0.1], "load_after": [0.2],
+                        "attention": [" * plain/f16   ms per 1 id/16 ids d96: 7.7/57",
+                                      "   chosen: plain/f16 (fastest)"]},
         "settings": {"command": "ffwd bench --quick", "repeats": 3},
         "skipped": {"llama-server": "llama-server runs GGUF files"},
         "summary": summary, "speedups": sp, "bound": {"required": 0.7},
@@ -138,7 +140,8 @@ def test_markdown_has_every_section() -> None:
     for needle in (row + "| — | 4.00x |", "## Speedups", "## Replay bound (tools)",
                    "| required | 70% | 60% | 60% |", "| ffwd-off == hf-generate | echo | 0% | 1 |",
                    "`llama-server`: llama-server runs GGUF files", "first differs at 3",
-                   "Recommended default fill: **echo**", "ffwd bench --quick"):
+                   "Recommended default fill: **echo**", "ffwd bench --quick",
+                   "```\n * plain/f16   ms per 1 id/16 ids d96: 7.7/57\n   chosen: plain/f16"):
         assert needle in md
 
 
