@@ -25,6 +25,8 @@ ECHO = "ffwd-echo"
 PROSE_BUDGET = 0.03  # prose: ffwd-echo may be at most 3% slower than ffwd-off
 ECHO_FLOOR = 0.98  # issue 21: ffwd-echo at least this fast as ffwd-off on every workload
 ECHO_GOAL = 1.5  # issue 21: ffwd-echo vs ffwd-off on the echo workload, llama.cpp
+# a whole agent turn against llama-server at its default flags and at its best path
+AGENT_TURN_GOALS = ((LLAMA_SERVER, 0.75), (f"{LLAMA_SERVER}:fa-off", 1.0))
 FIRST_TOKEN_GOAL = 1.05  # issue 27: cold time to first token, ffwd vs llama-server, at most
 ALONE_GOAL = 0.97  # issue 26: decode alone vs the earlier run's (--before), at least
 # issue 26: decode beside other work, as a share of alone, at least
@@ -85,6 +87,23 @@ def first_token_targets(
         out.append(_target(f"prefill {prompt}: {ffwd} vs llama-server (time to first token)",
                            v, f"<= {FIRST_TOKEN_GOAL}x", None if v is None
                            else v <= FIRST_TOKEN_GOAL))
+    return out + agent_turn_targets(latency)
+
+
+def agent_turn_targets(
+    latency: Mapping[str, Mapping[str, Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
+    """Issue 30: a whole agent turn (``agent:N``) at most `AGENT_TURN_GOALS` times each
+    llama-server's (its default flags, its best attention path)."""
+    out = []
+    for prompt, rows in latency.items():
+        ffwd = default_ffwd(rows)
+        if not prompt.startswith("agent:") or ffwd is None:
+            continue
+        for peer, goal in AGENT_TURN_GOALS:
+            v = ratio(rows, ffwd, peer)
+            out.append(_target(f"prefill {prompt}: {ffwd} vs {peer} (the whole turn)", v,
+                               f"<= {goal}x", None if v is None else v <= goal))
     return out
 
 

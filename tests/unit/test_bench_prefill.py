@@ -61,6 +61,16 @@ def test_the_conversation_grows_toward_the_context_each_turn_warm_but_the_first(
     assert 8192 * 0.75 < total < 8192 - FULL.max_tokens
 
 
+def test_an_agent_turn_is_deep_in_the_conversation_and_writes_a_long_reply() -> None:
+    items = prefill_items(count, 8192, quick=False, modules=ECHO_MODULES)
+    agent = next(it for it in items if it.id.startswith("agent:"))
+    assert agent.id == "agent:4" and agent.warm and agent.max_tokens == FULL.agent_output
+    assert "Rewrite this code" in agent.messages[-1]["content"]
+    depth = sum(count(m["content"]) for m in agent.messages)
+    new = count(agent.messages[-1]["content"])
+    assert 3000 < depth < 5500 and 0.7 * FULL.turn < new <= FULL.turn
+
+
 def test_quick_is_a_small_slice_and_select_needs_a_tokenizer() -> None:
     items = select(("prefill",), 1, quick=True, count=count, context=8192)
     assert [it.id for it in items] == ["cold:1k", "turn:1", "turn:2", "turn:3"]
@@ -183,6 +193,25 @@ def test_latency_table_sets_modes_and_peers_side_by_side() -> None:
     assert any(line.startswith("| turn 2 | 2,000 | 0.30 s (500 new) | 0.40 s (500 new)")
                for line in lines)
     assert latency.markdown({}) == []
+
+
+def test_an_agent_turn_is_compared_whole_with_each_llama_server() -> None:
+    def whole(system: str, first: float, seconds: float) -> dict[str, Any]:
+        return {**prefill_run("agent:4", system, 0, first, cached=3000, kind="turn", ids=4000),
+                "seconds": seconds, "tokens": 200, "item": "agent:4"}
+
+    s = latency.summarize([whole("ffwd-off", 6.0, 9.0), whole("llama-server", 5.0, 12.0),
+                           whole("llama-server:fa-off", 5.5, 9.0)])
+    rows = s["agent:4"]
+    assert latency.ratio(rows, "ffwd-off", "llama-server") == pytest.approx(0.75)
+    assert latency.ratio(rows, "ffwd-off", "llama-server:fa-off") == pytest.approx(1.0)
+    lines = latency.markdown(s)
+    assert lines[0].endswith("| ffwd-off / llama-server | ffwd-off / llama-server:fa-off |")
+    assert lines[2].startswith("| agent 4 | 4,000 | 9.00 s whole, 200 ids (6.00 s to the first)")
+    assert lines[2].endswith("| 0.75x | 1.00x |")
+    met = {t["target"]: t["met"] for t in first_token_targets(s)}
+    assert met == {"prefill agent:4: ffwd-off vs llama-server (the whole turn)": True,
+                   "prefill agent:4: ffwd-off vs llama-server:fa-off (the whole turn)": True}
 
 
 def test_first_token_target_per_cold_prompt() -> None:

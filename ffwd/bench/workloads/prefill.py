@@ -10,6 +10,9 @@
   system keeps what the previous turn left, whose prompt is this one's
   prefix, so its time to first token is the prompt cache at work. The
   assistant's turns in the history are fixed text, as in a recorded trace.
+* ``agent:N``: the turns of `PrefillSizes.agent` (about 4k ids deep, 1k of
+  them new) ask for a rewrite and take `agent_output` output ids: an agent's
+  whole turn, timed end to end as well as to its first id.
 
 No tools are offered, so a reply streams from its first id and the time to
 first token is the prompt's (ffwd's parser holds back the opening of a tool
@@ -37,10 +40,13 @@ class PrefillSizes:
     cold: tuple[int, ...]  # prompt ids of the cold requests
     turn: int  # source ids each conversation turn adds
     turns: int  # at most this many turns (and no further than the context allows)
-    max_tokens: int  # output ids of every request
+    max_tokens: int  # output ids of every request but an agent turn
+    agent: tuple[int, ...] = ()  # the turns that are whole agent turns
+    agent_output: int = 200  # their output ids
 
 
-FULL = PrefillSizes(cold=(1024, 2048, 4096, 8192), turn=1024, turns=64, max_tokens=8)
+FULL = PrefillSizes(cold=(1024, 2048, 4096, 8192), turn=1024, turns=64, max_tokens=8,
+                    agent=(4,))
 QUICK = PrefillSizes(cold=(1024,), turn=256, turns=3, max_tokens=8)
 
 
@@ -78,6 +84,10 @@ def _ask(code: str) -> str:
     return f"```python\n{code}```\n\nWhat does this code do? Answer in one sentence."
 
 
+def _rewrite(code: str) -> str:
+    return f"```python\n{code}```\n\nRewrite this code with a docstring on every function."
+
+
 def cold_items(lines: Sequence[str], count: Callable[[str], int], budget: int,
                sizes: PrefillSizes) -> tuple[list[Item], int]:
     """One request per cold size, each on source after the last one's; and the next line."""
@@ -101,10 +111,13 @@ def conversation(lines: Sequence[str], start: int, count: Callable[[str], int], 
         room = min(sizes.turn, budget - used - 2 * PER_MESSAGE)
         if room < sizes.turn // 2 or start >= len(lines):
             break
-        end = take(lines, start, room, count, _ask)
-        ask = {"role": "user", "content": _ask("".join(lines[start:end]))}
-        out.append(Item("prefill", f"turn:{turn}", [*history, ask], sizes.max_tokens,
-                        kind="turn", warm=turn > 1))
+        agent = turn in sizes.agent
+        wrap = _rewrite if agent else _ask
+        end = take(lines, start, room, count, wrap)
+        ask = {"role": "user", "content": wrap("".join(lines[start:end]))}
+        out.append(Item("prefill", f"{'agent' if agent else 'turn'}:{turn}", [*history, ask],
+                        sizes.agent_output if agent else sizes.max_tokens, kind="turn",
+                        warm=turn > 1))
         reply = {"role": "assistant", "content": f"Part {turn} read."}
         history += [ask, reply]
         used += count(ask["content"]) + count(reply["content"]) + 2 * PER_MESSAGE
@@ -117,7 +130,7 @@ def prefill_items(count: Callable[[str], int], context: int, *, quick: bool,
     """The cold requests, then the conversation's turns (see the module docstring);
     `context` is the systems' context window in ids."""
     sizes = QUICK if quick else FULL
-    budget = context - sizes.max_tokens
+    budget = context - max(sizes.max_tokens, sizes.agent_output if sizes.agent else 0)
     lines = corpus(modules)
     cold, start = cold_items(lines, count, budget, sizes)
     return cold + conversation(lines, start, count, budget, sizes)
