@@ -5,6 +5,10 @@ Processors are functions ``(logits, ...) -> logits`` on one float32 row; the
 logit bias, penalties, temperature, top-k, top-p, min-p). The mask comes
 first, so truncation (top-k, top-p) chooses among allowed ids only. A
 `ConstraintFactory` (a compiled grammar) makes each run its own constraint.
+Where processing leaves no finite weight (a temperature so small that the
+scaled logits overflow is taken as greedy first; then a mask over ids the model
+itself rules out), the draw is the most likely id the constraint allows
+(`Sampler.fallback`): a constrained draw is always an id the constraint accepts.
 
 The draws are tied to positions, not to a running stream: the id at output
 position i is drawn by inverting the processed distribution's CDF at
@@ -28,6 +32,7 @@ logits.
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -101,6 +106,24 @@ def apply_presence_frequency(
         return logits
     counts = torch.bincount(generated, minlength=logits.shape[-1]).to(logits.dtype)
     return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)
+
+
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """`logits` / `temperature`; where that overflows, the same shifted so that the top
+    logit is 0 (the same distribution).
+
+    A tiny temperature overflows: 3 / 1e-30 is inf (1e-300 is 0 in float32, and 0 / 0
+    NaN), and inf - inf is NaN in the softmax. Shifted, the top stays 0 and the others
+    go to -inf: the limit of the distribution, greedy.
+
+    >>> apply_temperature(torch.tensor([3.0, 1.0, -float("inf")]), 1e-300).tolist()
+    [0.0, -inf, -inf]
+    """
+    scaled = logits / temperature
+    top = logits.max()
+    if bool(torch.isfinite(scaled.max())) or not bool(torch.isfinite(top)):
+        return scaled  # fine, or nothing finite to shift by (the sampler falls back)
+    return torch.where(logits == top, 0.0, (logits - top) / temperature)
 
 
 def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
@@ -225,33 +248,69 @@ class Sampler:
             out = apply_presence_frequency(out, gen, p.presence_penalty, p.frequency_penalty)
         if p.greedy:
             return out
-        out = out / p.temperature
+        out = apply_temperature(out, p.temperature)
         out = apply_top_k(out, p.top_k)
         out = apply_top_p(out, p.top_p)
         return apply_min_p(out, p.min_p)
 
     def probs(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> torch.Tensor:
-        """The distribution `sample` draws from (one-hot on the argmax when greedy)."""
+        """The distribution `sample` draws from (one-hot on the argmax when greedy, and on
+        `fallback` when processing leaves no finite weight)."""
         processed = self.process(logits, generated)
+        n = processed.shape[-1]
         if self.greedy:
-            return torch.nn.functional.one_hot(processed.argmax(), processed.shape[-1]).float()
-        return torch.softmax(processed, dim=-1)
+            best = self._argmax(processed, logits, generated)
+            return torch.nn.functional.one_hot(torch.tensor(best), n).float()
+        probs = torch.softmax(processed, dim=-1)
+        total = float(probs.sum())
+        if not (total > 0 and math.isfinite(total)):
+            return torch.nn.functional.one_hot(
+                torch.tensor(self.fallback(logits, generated)), n).float()
+        return probs
+
+    def _argmax(self, processed: torch.Tensor, logits: torch.Tensor,
+                generated: Sequence[int]) -> int:
+        """The greedy id: the processed argmax, or `fallback` when it is not finite."""
+        best = int(processed.argmax())
+        return best if bool(torch.isfinite(processed[best])) else self.fallback(logits, generated)
+
+    def fallback(self, logits: torch.Tensor, generated: Sequence[int]) -> int:
+        """The id taken when processing leaves no finite weight: the most likely id the
+        constraint allows by the raw logits, else the first id it allows.
+
+        The mask may leave only ids the model itself rules out (-inf or NaN logits);
+        the draw must still be an id the constraint accepts.
+        """
+        raw = torch.nan_to_num(logits.float().cpu(), nan=-float("inf"), posinf=float(
+            torch.finfo(torch.float32).max))
+        if self.constraint is None:
+            return int(raw.argmax())
+        allowed = torch.isfinite(self.constraint.mask(torch.zeros_like(raw), generated))
+        if not bool(allowed.any()):
+            raise RuntimeError(f"the request's constraint allows no id after {len(generated)} "
+                               "output ids")
+        masked = raw.masked_fill(~allowed, -float("inf"))
+        if bool(torch.isfinite(masked).any()):
+            return int(masked.argmax())
+        return int(allowed.nonzero()[0])
 
     def sample(self, logits: torch.Tensor, generated: Sequence[int] = ()) -> int:
         """The id at output position ``len(generated)``."""
         if self.plain_greedy:  # the hot path: no copy, no processing
             return argmax(logits)
         if self.greedy:
-            return int(self.process(logits, generated).argmax())
+            return self._argmax(self.process(logits, generated), logits, generated)
         return self.draw(self.probs(logits, generated), len(generated))
 
     def draw(self, probs: torch.Tensor, position: int) -> int:
-        """The id at `position` from `probs` (need not be normalised): the inverse of its
-        CDF at the position's uniform number."""
+        """The id at `position` from `probs` (need not be normalised, but some weight must
+        be positive): the inverse of its CDF at the position's uniform number."""
         cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)
         u = uniform(self.seed, position) * float(cdf[-1])
-        return min(int(torch.searchsorted(cdf, torch.tensor(u, dtype=torch.float64),
-                                          right=True)), probs.shape[-1] - 1)
+        i = int(torch.searchsorted(cdf, torch.tensor(u, dtype=torch.float64), right=True))
+        if i >= probs.shape[-1]:  # u * total rounded up to the total: the last id with weight
+            i = int((probs > 0).nonzero()[-1])
+        return i
 
     __call__ = sample
 

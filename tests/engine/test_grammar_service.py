@@ -121,3 +121,20 @@ def test_grammar_off_leaves_tool_calls_unconstrained(client: TestClient) -> None
             "ffwd": {"grammar": False}}
     reply = client.post(CHAT, json=body).json()
     assert reply["ffwd"]["grammar"] is False and reply["ffwd"]["stats"]["grammar"] == 0
+
+
+def test_a_vanishing_temperature_under_a_grammar_is_greedy_not_a_500(client: TestClient) -> None:
+    # Issue 30's schemathesis 500 ("grammar refused id 49151 ... forced bytes: got '{'"):
+    # temperature 5e-324 overflowed the scaled logits to NaN and the draw took the
+    # vocabulary's last id, which the JSON grammar forbids. Such a temperature is greedy.
+    body = {**ASK, "max_tokens": 6, "response_format": {"type": "json_object"}}
+    greedy = client.post(CHAT, json={**body, "temperature": 0})
+    assert greedy.status_code == 200, greedy.text
+    for temperature in (5e-324, 1e-300):
+        for extra in ({}, {"tools": TOOLS, "tool_choice": "required"}):
+            r = client.post(CHAT, json={**body, **extra, "temperature": temperature, "seed": 1})
+            assert r.status_code == 200, r.text
+            if not extra:
+                text = r.json()["choices"][0]["message"]["content"]
+                assert text == greedy.json()["choices"][0]["message"]["content"]
+                assert text.startswith("{")

@@ -196,3 +196,51 @@ def test_exact_pairs_sum_to_one() -> None:
     exact = _exact_pairs(backend, [0, 1])
     assert abs(sum(exact.values()) - 1) < 1e-5
     assert set(exact) == set(itertools.product(range(VOCAB), repeat=2))
+
+
+# --- a mask with no finite weight (issue 30: the grammar 500) --------------------
+
+
+class OnlyIds:
+    """A `TokenConstraint` that allows `ids` only, whatever the output."""
+
+    position = 0
+
+    def __init__(self, *ids: int) -> None:
+        self.ids = list(ids)
+
+    def mask(self, logits: torch.Tensor, generated: Sequence[int]) -> torch.Tensor:
+        keep = torch.zeros_like(logits, dtype=torch.bool)
+        keep[self.ids] = True
+        return logits.masked_fill(~keep, -float("inf"))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 5e-324, 1e-300, 1e-30, 0.7])
+def test_a_vanishing_temperature_draws_the_allowed_argmax(temperature: float) -> None:
+    # 3 / 1e-300 overflows to inf, and inf - inf is NaN in the softmax: the draw fell off
+    # the end of the CDF onto the last id, which the mask forbids (schemathesis' 500:
+    # "grammar refused id 49151", the vocabulary's last id).
+    logits = torch.tensor([9.0, 3.0, 2.5, 1.0, 0.0, -1.0])
+    sampler = Sampler(SamplingParams(temperature=temperature, seed=1), (), OnlyIds(1, 2))
+    drawn = {sampler.sample(logits, [0] * i) for i in range(20)}
+    assert drawn <= {1, 2}
+    if temperature < 1e-20:  # a temperature this close to 0 is greedy
+        assert drawn == {1}
+    for proposed in ([1], [2], [5]):  # a verified position draws as plain decoding does
+        verdict = verify_span(logits[None], proposed, sampler)
+        assert verdict.accepted == (verdict.next_id is None) and (verdict.next_id or 1) in {1, 2}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_mask_over_ids_the_model_rules_out_still_takes_an_allowed_id(
+        temperature: float) -> None:
+    params = SamplingParams(temperature=temperature, top_p=0.5, seed=3)
+    inf = float("inf")
+    # The mask leaves ids whose logits are -inf: no finite weight anywhere.
+    logits = torch.tensor([5.0, -inf, 4.0, -inf, 1.0])
+    assert Sampler(params, (), OnlyIds(3, 1)).sample(logits) == 1  # the first allowed id
+    # Among allowed ids, a finite logit wins over -inf; NaN counts as no weight.
+    logits = torch.tensor([5.0, float("nan"), 4.0, -2.0, -inf])
+    assert Sampler(params, (), OnlyIds(1, 3, 4)).sample(logits) == 3
+    probs = Sampler(params, (), OnlyIds(1, 3, 4)).probs(logits)
+    assert probs.tolist() == [0.0, 0.0, 0.0, 1.0, 0.0]
