@@ -6,8 +6,9 @@
     `eos_ids` are what the grammar allows once it is complete.
 ``compile_grammar(lark, lltok, where) -> Grammar``
     Validates the Lark text; a grammar llguidance rejects raises
-    `GrammarError` whose message starts with `where` and carries
-    llguidance's reason.
+    `GrammarError`: one sentence that starts with `where` and gives
+    llguidance's reason without the grammar it quotes (`schema_reason`); the
+    grammar itself goes to the log at debug level.
 ``Grammar.new_constraint() -> GrammarConstraint``
     One request's matcher, exposed twice over the same state:
 
@@ -27,6 +28,8 @@ verified span that the model rejected is thereby rolled back with the cache;
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +42,12 @@ import torch
 from ffwd.fill import Proposal, TokenView, common_prefix
 
 ERROR_CHARS = 400  # llguidance's reasons can quote the whole grammar
+log = logging.getLogger("ffwd.grammar")
+# llguidance's reason: "at 2(10): failed to compile JSON schema: <why>", then the grammar's
+# numbered lines ("   2 | content: %json {...}") and a caret line under the place.
+_PLACE = re.compile(r"^at \d+\(\d+\): ")
+_LISTING = re.compile(r"^\s*(\d+ \|.*|\^+)\s*$")
+_PREFIXES = ("failed to compile JSON schema: ", "Parser Error: ")
 
 
 class GrammarError(ValueError):
@@ -83,12 +92,36 @@ class Grammar:
 
 
 def compile_grammar(lark: str, lltok: Any, where: str, param: str = "tools") -> Grammar:
-    """Validate `lark` against `lltok`; `GrammarError` names `where` otherwise."""
+    """Validate `lark` against `lltok`; otherwise a `GrammarError`, one sentence naming
+    `where` (``tool 'x': its parameters schema``) and what is wrong with it."""
     serialized = llguidance.LLMatcher.grammar_from_lark(lark)
     error = llguidance.LLMatcher.validate_grammar(serialized, lltok)
     if error and not error.startswith("WARNING"):
-        raise GrammarError(f"{where}: llguidance cannot compile it: {_reason(error)}", param)
+        log.debug("%s: llguidance cannot compile the grammar: %s\n%s", where, error, lark)
+        raise GrammarError(f"{where} cannot be enforced: {schema_reason(error)}", param)
     return Grammar(lark, serialized, lltok)
+
+
+def schema_reason(error: str) -> str:
+    """What is wrong, from llguidance's reason, without the grammar text it quotes.
+
+    >>> schema_reason("at 2(10): failed to compile JSON schema: Invalid type: wat\\n"
+    ...               '   1 | start: content\\n   2 | content: %json {"type": "wat"}\\n  ^\\n')
+    'Invalid type: wat'
+    >>> schema_reason("at 2(10): failed to compile JSON schema: regex parse error:\\n"
+    ...               "    (?<=a)b\\n    ^^^^\\nerror: look-around is not supported\\n"
+    ...               "   2 | content: %json {}\\n")
+    "pattern '(?<=a)b': look-around is not supported"
+    """
+    lines = [ln for ln in error.strip().splitlines() if ln.strip() and not _LISTING.match(ln)]
+    head = _PLACE.sub("", lines[0].strip()) if lines else "no reason given"
+    for prefix in _PREFIXES:
+        head = head.removeprefix(prefix)
+    if head.startswith("regex parse error:") and len(lines) > 1:
+        why = next((ln.strip().removeprefix("error: ") for ln in lines
+                    if ln.strip().startswith("error:")), head)
+        head = f"pattern {lines[1].strip()!r}: {why}"
+    return _reason(head)
 
 
 def _reason(error: str) -> str:

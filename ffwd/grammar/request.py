@@ -10,8 +10,8 @@ resend the same tools every turn.
 
 A request part the grammar cannot be built from raises `GrammarError`, whose
 `param` is ``tools`` or ``response_format``: a bad ``response_format`` shape,
-or a schema llguidance rejects, named by its tool and with llguidance's
-reason.
+or a schema llguidance rejects, in one sentence that names its tool (or
+``response_format``) and what is wrong; the grammar text goes to the debug log.
 """
 
 from __future__ import annotations
@@ -117,11 +117,11 @@ class RequestGrammars:
         """Compile; on failure, find the part to blame (a tool, or response_format)."""
         try:
             lark = self._lark(tools, choice, parallel, content)
-            return compile_grammar(lark, self.lltok, "tools")
+            return compile_grammar(lark, self.lltok, "tools: these tools' call grammar")
         except GrammarError as whole:
             if content is not None:
-                compile_grammar(content_grammar(content), self.lltok, "response_format",
-                                "response_format")
+                compile_grammar(content_grammar(content), self.lltok,
+                                "response_format: its JSON schema", "response_format")
             for tool in tools:
                 name = tool["function"]["name"]
                 compile_grammar(

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ffwd.bench.replay import assistant_ids, in_schema_order
 from ffwd.bench.workloads.bfcl import load_entries
@@ -165,12 +167,25 @@ def test_tool_arguments_are_closed_unless_the_schema_opens_them(fmt: str) -> Non
     assert accepts(fmt, turn_ids(fmt, [free], [hands]), tools=[free])
 
 
-def test_a_schema_llguidance_cannot_compile_names_the_tool() -> None:
+GRAMMAR_TEXT = ("start:", "%json", "x-guidance", " | ", "\n")
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_a_schema_llguidance_cannot_compile_names_the_tool(
+        fmt: str, caplog: pytest.LogCaptureFixture) -> None:
     bad = {"type": "function", "function": {"name": "lookup", "parameters": {
-        "type": "object", "properties": {"q": {"type": "string", "format": "no-such-format"}}}}}
-    with pytest.raises(GrammarError, match=r"tool 'lookup'.*llguidance") as err:
-        grammars("hermes").for_request([TIME, bad], "required")
+        "type": "object", "properties": {"n": {"type": "integer", "minimum": 5,
+                                               "maximum": 1}},
+        "required": ["n"]}}}
+    with caplog.at_level("DEBUG", logger="ffwd.grammar"), pytest.raises(GrammarError) as err:
+        grammars(fmt).for_request([TIME, bad], "required")
+    message = str(err.value)
+    # One sentence: the tool, and what is wrong; the grammar goes to the debug log only.
+    assert message.startswith("tool 'lookup': its parameters schema cannot be enforced: "
+                              "Unsatisfiable schema: "), message
+    assert not any(t in message for t in GRAMMAR_TEXT), message
     assert err.value.param == "tools"
+    assert any("start:" in r.getMessage() and r.levelname == "DEBUG" for r in caplog.records)
 
 
 def test_response_format_json_schema_is_constrained() -> None:
@@ -234,3 +249,41 @@ def test_the_end_of_turn_follows_a_complete_grammar() -> None:
     assert constraint.done
     constraint.sync(ids)
     assert constraint.position == len(ids)
+
+
+FORCED_CASES = [(TOOLS, "required", None), (TOOLS, "auto", None),
+                ([], "none", {"type": "json_object"}),
+                ([], "none", {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                    "type": "object", "properties": {"a": {"enum": ["xy", "xz"]},
+                                                     "b": {"type": "integer"}},
+                    "required": ["a", "b"]}}})]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(fmt=st.sampled_from(sorted(FORMATS)), case=st.sampled_from(FORCED_CASES),
+       seed=st.integers(0, 2**16))
+def test_a_forced_span_is_always_what_the_grammar_accepts(fmt: str, case: Any,
+                                                          seed: int) -> None:
+    """Wherever a walk through the grammar stands, the ids it forces (fast-forwarded under
+    ``assert``, never checked by the model) are each allowed by the mask and admitted
+    whole: an injected span never disagrees with the grammar."""
+    tools, choice, rf = case
+    constraint = grammars(fmt).for_request(tools, choice, response_format=rf)
+    assert constraint is not None
+    vocab = len(tokenizer("default"))
+    g = torch.Generator().manual_seed(seed)
+    out: list[int] = []
+    for _ in range(40):
+        proposal = constraint.propose(constraint)  # type: ignore[arg-type]
+        if proposal is not None:
+            forced = list(proposal.ids)
+            assert constraint.admit(forced) == len(forced)
+            for j, tok in enumerate(forced):
+                assert torch.isfinite(constraint.mask(torch.zeros(vocab), out + forced[:j])[tok])
+            out += forced
+            constraint.observe(forced)
+        if constraint.done:
+            break
+        sampled = int(constraint.mask(torch.randn(vocab, generator=g), out).argmax())
+        out.append(sampled)
+        constraint.observe([sampled])
