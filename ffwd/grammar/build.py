@@ -9,7 +9,9 @@
     Just the content rule (``response_format`` without tools).
 ``response_format_rule(response_format) -> str | None``
     ``{"type": "json_object"}`` and ``{"type": "json_schema", "json_schema":
-    {"schema": ..., "strict": ...}}`` as a ``%json`` rule; ``text``: None.
+    {"schema": ..., "strict": ...}}`` as a ``%json`` rule; ``text``: None. A
+    ``json_schema`` without ``schema`` (optional in OpenAI's API) is any JSON
+    object, as ``json_object`` is.
 
 Arguments: JSON formats embed each tool's parameters schema (``%json``, in
 schema order: llguidance fixes properties to the order the schema lists
@@ -202,6 +204,9 @@ def response_format_rule(response_format: object) -> str | None:
 
     >>> response_format_rule({"type": "text"}) is None
     True
+    >>> response_format_rule({"type": "json_schema", "json_schema": {"name": "any"}}) == (
+    ...     response_format_rule({"type": "json_object"}))
+    True
     """
     if response_format is None:
         return None
@@ -217,11 +222,13 @@ def response_format_rule(response_format: object) -> str | None:
         return json_rule({"type": "object"})
     spec = response_format.get("json_schema")
     schema = spec.get("schema") if isinstance(spec, Mapping) else None
-    if not isinstance(schema, Mapping):
+    if not isinstance(spec, Mapping) or not isinstance(schema, Mapping | None):
         raise ValueError(
             'response_format json_schema: expected {"json_schema": {"name": ..., '
             '"schema": {...}, "strict": ...}} with a JSON Schema object as "schema"'
         )
+    if schema is None:  # a named format without a schema (OpenAI's is optional): any object
+        return json_rule({"type": "object"})
     # Closed as tool arguments are: what a client means by listing the properties.
-    strict = spec.get("strict") is True  # type: ignore[union-attr]
+    strict = spec.get("strict") is True
     return json_rule(strict_schema(schema, listed_only=not strict))

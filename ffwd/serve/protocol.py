@@ -176,11 +176,14 @@ class StreamOptions(_Model):
 
 
 class JsonSchemaFormat(_Model):
-    """OpenAI's ``response_format.json_schema``: the schema the content must match."""
+    """OpenAI's ``response_format.json_schema``: the schema the content must match
+    (optional, as in OpenAI's API: without one, the content is any JSON object)."""
 
     name: str = Field(default="response", max_length=64)
     description: str | None = None
-    json_schema: dict[str, Any] = Field(alias="schema")
+    json_schema: dict[str, Any] | None = Field(
+        default=None, alias="schema",
+        description="The JSON Schema the content matches; omitted: any JSON object")
     strict: bool | None = None
 
 
@@ -193,7 +196,8 @@ class ResponseFormat(_Model):
     @model_validator(mode="after")
     def _schema_given(self) -> ResponseFormat:
         if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError('type "json_schema" needs "json_schema": {"schema": {...}}')
+            raise ValueError('type "json_schema" needs "json_schema": {"name": ..., '
+                             '"schema": {...}} (schema optional: any JSON object)')
         return self
 
 

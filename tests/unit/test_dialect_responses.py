@@ -276,8 +276,8 @@ def test_the_store_is_bounded_by_count_bytes_and_age() -> None:
      400, "tool_choice", "'x', which is not in tools"),
     ({"input": "hi", "tools": [WEATHER], "tool_choice": {"type": "web_search"}},
      400, "tool_choice", "not supported"),
-    ({"input": "hi", "text": {"format": {"type": "json_schema"}}}, 400, "text.format",
-     "schema"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": "x"}}}, 400,
+     "text.format.schema", "expected an object"),
 ])
 def test_client_errors_name_the_field(client: TestClient, body: dict[str, Any], status: int,
                                       param: str, needle: str) -> None:

@@ -204,7 +204,19 @@ def test_response_format_json_schema_is_constrained() -> None:
     assert closed is not None and closed.admit(extra) < len(extra)
 
 
-@pytest.mark.parametrize("rf", [{"type": "yaml"}, {"type": "json_schema"}, "json", {}])
+def test_a_json_schema_format_without_a_schema_is_any_json_object() -> None:
+    # OpenAI's `schema` is optional: a named format without one means any JSON object.
+    for spec in ({"name": "anything"}, {"name": "anything", "schema": None, "strict": True}):
+        rf = {"type": "json_schema", "json_schema": spec}
+        constraint = grammars("hermes").for_request([], "none", response_format=rf)
+        assert constraint is not None
+        for text in ('{"a": [1, {"b": null}]}', "{}"):
+            assert constraint.admit(text_ids(text)) == len(text_ids(text))
+        assert constraint.admit(text_ids("[1]")) == 0 and constraint.admit(text_ids("hi")) == 0
+
+
+@pytest.mark.parametrize("rf", [{"type": "yaml"}, {"type": "json_schema"}, "json", {},
+                                {"type": "json_schema", "json_schema": {"schema": "x"}}])
 def test_a_bad_response_format_is_an_error_naming_it(rf: Any) -> None:
     with pytest.raises(GrammarError, match="response_format") as err:
         grammars("hermes").for_request([], "none", response_format=rf)

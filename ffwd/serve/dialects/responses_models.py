@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.json_schema import JsonDict
 
 from ffwd.serve.dialects.common import NON_TEXT_PARTS, Strict, check_stops
@@ -203,19 +203,16 @@ ToolChoice = Annotated[
 
 
 class TextFormat(Strict):
-    """``text.format``: ``text``, ``json_object``, or ``json_schema`` with its schema."""
+    """``text.format``: ``text``, ``json_object``, or ``json_schema`` with its schema
+    (optional, as in OpenAI's API: without one, the text is any JSON object)."""
 
     type: Literal["text", "json_object", "json_schema"]
     name: Annotated[str, Field(max_length=64)] = "response"
     description: str | None = None
-    json_schema: dict[str, Any] | None = Field(default=None, alias="schema")
+    json_schema: dict[str, Any] | None = Field(
+        default=None, alias="schema",
+        description="The JSON Schema the text matches; omitted: any JSON object")
     strict: bool | None = None
-
-    @model_validator(mode="after")
-    def _schema_given(self) -> TextFormat:
-        if self.type == "json_schema" and self.json_schema is None:
-            raise ValueError('type "json_schema" needs "schema": {...}')
-        return self
 
     def response_format(self) -> dict[str, Any] | None:
         """The OpenAI chat ``response_format`` the grammar reads."""
