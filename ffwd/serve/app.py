@@ -91,7 +91,8 @@ def create_app(
                           "/v1/messages": MessagesRequest,
                           "/v1/messages/count_tokens": CountTokensRequest},
                     [executor.model_id, "default"],
-                    max_tokens=executor.model_info().get("max_tokens_limit"))
+                    max_tokens=executor.model_info().get("max_tokens_limit"),
+                    vocab_size=executor.model_info().get("vocab_size"))
     app.add_middleware(Guard, metrics=metrics, api_key=api_key)
     return app
 

@@ -84,18 +84,19 @@ REQUEST_ID = {"description": "The request's id (also in the server's log line)",
 
 
 def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: list[str],
-                    max_tokens: int | None = None) -> None:
+                    max_tokens: int | None = None, vocab_size: int | None = None) -> None:
     """Make `app.openapi()` declare `bodies` (path -> request model) as JSON request bodies,
-    whose ``model`` is one of `models` (the served id and its aliases) and whose output
-    limit is at most `max_tokens` (the server's; None: not stated), and every response
-    body (see the module docstring)."""
+    whose ``model`` is one of `models` (the served id and its aliases), whose output
+    limit is at most `max_tokens` (the server's; None: not stated) and whose token ids
+    (a tokenized ``prompt``) are below `vocab_size`, and every response body (see the
+    module docstring)."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
             refs = _components(doc, bodies)
             for path, model in bodies.items():
-                _request_body(doc, path, refs[model], models, max_tokens)
+                _request_body(doc, path, refs[model], models, max_tokens, vocab_size)
             for (path, method), (whole, event) in BODIES.items():
                 op = doc["paths"].get(path, {}).get(method)
                 if op is not None:
@@ -129,13 +130,15 @@ def _components(doc: dict[str, Any], bodies: dict[str, type[BaseModel]]) -> dict
 
 
 def _request_body(doc: dict[str, Any], path: str, ref: dict[str, Any], models: list[str],
-                  max_tokens: int | None) -> None:
+                  max_tokens: int | None, vocab_size: int | None) -> None:
     schema = _resolve(doc, ref)
     props = schema["properties"]
     props["model"]["enum"] = models
     for name in TOKEN_LIMITED:
         if name in props and max_tokens is not None:
             _cap(props[name], max_tokens)
+    if "prompt" in props and vocab_size is not None:
+        _cap_ids(props["prompt"], vocab_size - 1)
     doc["paths"][path]["post"]["requestBody"] = {
         "required": True, "content": {"application/json": {"schema": ref}}}
 
@@ -146,6 +149,16 @@ def _cap(schema: dict[str, Any], limit: int) -> None:
         if branch.get("type") == "integer":
             branch["maximum"] = limit
     schema["description"] = f"At most {limit}: this server's limit (--max-tokens-limit)"
+
+
+def _cap_ids(schema: dict[str, Any], top: int) -> None:
+    """Put `top` on every integer (a token id) in `schema`'s branches and items."""
+    if schema.get("type") == "integer":
+        schema["maximum"] = top
+    for branch in schema.get("anyOf", []):
+        _cap_ids(branch, top)
+    if isinstance(schema.get("items"), dict):
+        _cap_ids(schema["items"], top)
 
 
 def _resolve(doc: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:

@@ -30,6 +30,7 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 MAX_STOP_CHARS = 1000  # a stop string is matched against every token's text
 MAX_TOP_LOGPROBS = 20
 MAX_TOOLS = 128  # as OpenAI; each request's tools are compiled into rows (CPU time)
+ONE_CHOICE = "ffwd returns exactly one choice per request"  # why n > 1 and more prompts fail
 # Content part types of other modalities: refused with a message that says why.
 NON_TEXT_PARTS = ("image_url", "input_audio", "file", "image", "input_image", "audio")
 
@@ -41,6 +42,7 @@ def _json_integer(v: object) -> object:
 
 # (Constraints before the validator, so the served document states them as JSON Schema.)
 Int = Annotated[int, BeforeValidator(_json_integer)]
+TokenId = Annotated[int, Field(ge=0), BeforeValidator(_json_integer)]
 AtLeastOne = Annotated[int, Field(ge=1), BeforeValidator(_json_integer)]
 TopCount = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(_json_integer)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**64), BeforeValidator(_json_integer)]
@@ -255,7 +257,7 @@ class SamplingFields(_Model):
     @classmethod
     def _only_one_choice(cls, v: int) -> int:
         if v != 1:
-            raise ValueError(f"n={v} is not supported: ffwd returns exactly one choice (n=1)")
+            raise ValueError(f"n={v} is not supported: {ONE_CHOICE} (n=1)")
         return v
 
     @field_validator("stop", mode="before")
@@ -352,9 +354,22 @@ class ChatCompletionRequest(SamplingFields):
                 )
 
 
+OnePrompt = Annotated[list[Any], Field(min_length=1, max_length=1)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+
+
 class CompletionRequest(SamplingFields):
-    prompt: Annotated[str, Field(min_length=1)] | Annotated[list[str], Field(min_length=1,
-                                                                             max_length=1)]
+    """``prompt`` is one prompt: text, or token ids (a list of integers, OpenAI's
+    tokenized prompt), alone or as the only item of a list. More prompts are refused as
+    ``n > 1`` is (`ONE_CHOICE`); ids outside the vocabulary are a 400 naming the first
+    (`ModelService`, which knows the vocabulary)."""
+
+    prompt: (Annotated[str, Field(min_length=1)] | TokenIds
+             | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1,
+                                                                          max_length=1)]
+             | Annotated[list[TokenIds], Field(min_length=1, max_length=1)]) = Field(
+        description="One prompt: a string, or its token ids (an array of integers); an array "
+        f"of one string or of one array of token ids is the same. {ONE_CHOICE}.")
     echo: bool = False
     logprobs: TopCount | None = None
     suffix: str | None = Field(default=None, json_schema_extra=REFUSED)
@@ -363,16 +378,42 @@ class CompletionRequest(SamplingFields):
     @field_validator("prompt", mode="before")
     @classmethod
     def _one_prompt(cls, v: object) -> object:
-        if isinstance(v, list) and len(v) != 1:
-            raise ValueError(f"exactly one prompt is accepted, got {len(v)}")
-        if not (isinstance(v, str) or (isinstance(v, list) and isinstance(v[0], str))):
-            raise ValueError("expected a string or an array of one string (token-id prompts "
-                             "are not accepted: send text)")
+        """One prompt (see the class docstring); each refusal names what was sent."""
+        if not isinstance(v, list):
+            return v  # a string, or a type error naming what was sent
+        if not v:
+            raise ValueError("the prompt is empty: send a string or an array of token ids")
+        ids = [_json_integer(i) for i in v]
+        if all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            return _token_ids(ids)
+        if not all(isinstance(p, str | list) for p in v):
+            raise ValueError("expected a string, an array of token ids (integers), or an "
+                             "array of one string or one array of token ids")
+        if len(v) > 1:
+            raise ValueError(f"{len(v)} prompts are not supported: {ONE_CHOICE} (send one "
+                             "prompt: a string or an array of token ids)")
+        if isinstance(v[0], list):
+            return [_token_ids([_json_integer(i) for i in v[0]])]
         return v
 
     @property
     def prompt_text(self) -> str:
-        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+        """The prompt's text ("" for token ids)."""
+        if isinstance(self.prompt, str):
+            return self.prompt
+        first = self.prompt[0]
+        return first if isinstance(first, str) else ""
+
+    @property
+    def prompt_ids(self) -> tuple[int, ...] | None:
+        """The prompt's token ids, when it was sent as ids (None for text)."""
+        if isinstance(self.prompt, str):
+            return None
+        first = self.prompt[0]
+        if isinstance(first, str):
+            return None
+        return tuple(first) if isinstance(first, list) else tuple(
+            i for i in self.prompt if isinstance(i, int))
 
     @property
     def token_limit(self) -> int | None:
@@ -392,10 +433,26 @@ class CompletionRequest(SamplingFields):
             raise bad_request(f"best_of={self.best_of} is not supported: ffwd generates one "
                               "completion per request (best_of 1)", param="best_of",
                               code="unsupported_value")
+        if self.echo and self.prompt_ids is not None:
+            raise bad_request("echo with a token-id prompt is not supported: ffwd echoes the "
+                              "prompt's text (send the prompt as text, or ask without echo)",
+                              param="echo", code="unsupported_value")
         if self.echo and self.logprobs is not None:
             raise bad_request("echo with logprobs is not supported: ffwd does not score prompt "
                               "tokens (ask for logprobs without echo)", param="echo",
                               code="unsupported_value")
+
+
+def _token_ids(ids: list[Any]) -> list[Any]:
+    """`ids` unless one is an integer below 0 (those above the vocabulary are the
+    service's to find: only it knows the vocabulary)."""
+    if not ids:
+        raise ValueError("the prompt is empty: send a string or an array of token ids")
+    for i, tok in enumerate(ids):
+        if isinstance(tok, int) and not isinstance(tok, bool) and tok < 0:
+            raise ValueError(f"token id {tok} (prompt position {i}) is outside the "
+                             "vocabulary: token ids are integers from 0")
+    return ids
 
 
 def _tool_name(tool: dict[str, Any]) -> str | None:

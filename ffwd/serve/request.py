@@ -42,13 +42,16 @@ class GenerationRequest:
     ``json_schema``). `fill` holds the request's
     own ``ffwd`` settings, checked by `ffwd.config.FillConfig.for_request`.
     `logprobs` is the number of alternatives per token (0: the token's own
-    only; None: no log-probabilities).
+    only; None: no log-probabilities). A ``text`` request's prompt is `prompt`,
+    or `prompt_ids` when the client sent token ids (used as they are, once the
+    model has checked that it knows them).
     """
 
     id: str
     kind: Literal["chat", "text"]
     messages: list[dict[str, Any]] = field(default_factory=list)
     prompt: str = ""
+    prompt_ids: tuple[int, ...] | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: str | dict[str, Any] = "none"
     parallel_tool_calls: bool = True

@@ -105,7 +105,7 @@ class ModelService:
         return {"context_window": self.context_window, "tool_format": self.format_name,
                 "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar,
                 "deterministic": loaded_promise(self.backend)[0],
-                "max_tokens_limit": self.limits.limit}
+                "max_tokens_limit": self.limits.limit, "vocab_size": self.backend.vocab_size}
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare(self, req: GenerationRequest) -> Ready:
@@ -148,7 +148,16 @@ class ModelService:
         return tools if req.tool_choice != "none" else []
 
     def _encode(self, req: GenerationRequest, tools: list[dict[str, Any]]) -> list[int]:
-        """The prompt's ids: a completion's text, or the chat rendered with `tools`."""
+        """The prompt's ids: a completion's text (or the ids it was sent as, each checked
+        against the vocabulary), or the chat rendered with `tools`."""
+        if req.kind == "text" and req.prompt_ids is not None:
+            vocab = self.backend.vocab_size
+            for i, tok in enumerate(req.prompt_ids):
+                if not 0 <= tok < vocab:
+                    raise bad_request(f"token id {tok} (prompt position {i}) is outside the "
+                                      f"vocabulary: this model's ids are 0..{vocab - 1}",
+                                      param=req.param("prompt"))
+            return list(req.prompt_ids)
         if req.kind == "text":
             return [int(i) for i in self.tokenizer.encode(req.prompt, add_special_tokens=False)]
         try:

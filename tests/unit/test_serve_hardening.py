@@ -121,8 +121,17 @@ def test_bad_fields_are_400_with_the_api_name(
         ({"best_of": 3}, "best_of", "best_of=3 is not supported"),
         ({"echo": True, "logprobs": 2}, "echo", "does not score prompt tokens"),
         ({"logprobs": True}, "logprobs", "expected an integer, got boolean"),
-        ({"prompt": [1, 2, 3]}, "prompt", "exactly one prompt"),
-        ({"prompt": [[1, 2]]}, "prompt", "token-id prompts are not accepted"),
+        # More than one prompt is refused for n > 1's reason, in its words.
+        ({"prompt": ["a", "b"]}, "prompt", "2 prompts are not supported: ffwd returns exactly "
+         "one choice per request"),
+        ({"prompt": [[1, 2], [3]]}, "prompt", "2 prompts are not supported: ffwd returns "
+         "exactly one choice per request"),
+        ({"n": 2}, "n", "n=2 is not supported: ffwd returns exactly one choice per request"),
+        ({"prompt": [1, -2]}, "prompt", "token id -2 (prompt position 1) is outside the "
+         "vocabulary"),
+        ({"prompt": []}, "prompt", "the prompt is empty"),
+        ({"prompt": [1, "a"]}, "prompt", "an array of token ids"),
+        ({"prompt": [1, 2], "echo": True}, "echo", "echo with a token-id prompt"),
     ],
 )
 def test_completions_refuses_what_it_does_not_do(

@@ -1,7 +1,8 @@
 """OpenAI Completions (``POST /v1/completions``): a prompt in, text and chunks out.
 
 `open_completion` translates a validated body (`ffwd.serve.protocol`) into a
-`GenerationRequest` and makes the writer of its response. `CompletionWriter`
+`GenerationRequest` (its prompt text, or the token ids the client sent) and
+makes the writer of its response. `CompletionWriter`
 writes each event's text as a chunk's choice, after the prompt when the
 request asks for ``echo``; the envelope, finish, usage and token view are
 `chunks.ChunkWriter`'s.
@@ -24,7 +25,8 @@ def open_completion(req: CompletionRequest,
     """The generation a validated body asks for, and the writer of its response."""
     req.check()
     gen = GenerationRequest(new_id("cmpl-"), "text", prompt=req.prompt_text,
-                            context=context or Context(), **common_fields(req))
+                            prompt_ids=req.prompt_ids, context=context or Context(),
+                            **common_fields(req))
     writer = CompletionWriter(gen, echo=req.prompt_text if req.echo else "",
                               tokens=bool(req.ffwd and req.ffwd.tokens),
                               include_usage=req.include_usage)
