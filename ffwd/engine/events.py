@@ -11,6 +11,9 @@ The last event of a stream carries the finish, as mlx-lm's last
 ``GenerationResponse`` does: it is no token of its own (`id` is `END`), its
 deltas are what was held back until the end, and its `result` is the whole
 generation (`GenerationResult`). Every other event has no result. The
+first event also carries what the prefill read (`PromptRead`: the prompt's
+ids and how many came from the cache), so that a stream can report the
+prompt's usage before its first token (Anthropic's ``message_start``). The
 server's dialect modules only translate these events.
 """
 
@@ -37,6 +40,15 @@ class Alternative:
     logprob: float
     token: str = ""  # the id's own text (an incomplete character as U+FFFD)
     raw: bytes = b""  # its exact bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PromptRead:
+    """The prompt as the prefill read it: `tokens` ids, of which `cached` came from the
+    cache (the rest were computed)."""
+
+    tokens: int
+    cached: int
 
 
 @dataclass(slots=True)
@@ -110,7 +122,7 @@ class TokenEvent:
     bytes; `text` is the output text this event released (a stop string or an
     incomplete character may hold text back for later ids), and `deltas` that
     text as content and tool-call fragments. `result` is set on the last event
-    only.
+    only, `prompt` on the first and on the last.
     """
 
     id: int
@@ -122,9 +134,11 @@ class TokenEvent:
     text: str = ""
     deltas: tuple[Delta, ...] = ()
     result: GenerationResult | None = None
+    prompt: PromptRead | None = None
 
     @staticmethod
     def last(result: GenerationResult, text: str = "",
              deltas: tuple[Delta, ...] = ()) -> TokenEvent:
         """The stream's last event: what was held back until the end, and the result."""
-        return TokenEvent(END, "sampled", text=text, deltas=deltas, result=result)
+        return TokenEvent(END, "sampled", text=text, deltas=deltas, result=result,
+                          prompt=PromptRead(result.prompt_tokens, result.cached_tokens))

@@ -7,7 +7,8 @@
 * `stream_generate(backend, tokenizer, prepared)` prefills, runs
   `ffwd.engine.loop.generate_step`, passes each `TokenEvent` through the
   request's `OutputText` (its text, stop strings and tool-call deltas) and
-  yields it; the last event carries the `GenerationResult`. Every stop is
+  yields it; the first event carries what the prefill read (`PromptRead`), the last
+  the `GenerationResult`. Every stop is
   decided here, on every emitted id, injected ones included: the model's EOS,
   `max_tokens` (where the loop ends), a stop string, the calls the request
   may make, and a cancelled client.
@@ -33,7 +34,7 @@ from typing import Any
 
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
-from ffwd.engine.events import FinishReason, GenerationResult, TokenEvent
+from ffwd.engine.events import FinishReason, GenerationResult, PromptRead, TokenEvent
 from ffwd.engine.loop import SpanPolicy, generate_step
 from ffwd.engine.sampling import (
     ConstraintFactory,
@@ -108,12 +109,16 @@ def stream_generate(
     )
     # 2. every event through the text layer, every stop checked after each id.
     finish: FinishReason = "length"
+    read: PromptRead | None = PromptRead(len(prep.prompt_ids), cached)  # on the first event
     try:
         for event in steps:
             if event.id in backend.eos_ids:
                 finish = "stop"
                 break
-            yield out.feed(event)
+            fed = out.feed(event)
+            if read is not None:
+                fed, read = replace(fed, prompt=read), None
+            yield fed
             _note_failure(out, session)
             if (reason := _stopped(out, cancelled)) is not None:
                 finish = reason

@@ -12,7 +12,11 @@ deciding whether more calls may follow (unlike OpenAI's named choice, which is
 always one call). Tools Anthropic runs itself (``web_search_...``) are
 skipped, named in the reply's ``warnings``. `MessagesWriter` writes the
 events back, as a whole message or as Anthropic's event stream, both from the
-same `Segmenter` steps.
+same `Segmenter` steps. As Anthropic's API does, the stream's
+``message_start`` reports the prompt's usage (``input_tokens``,
+``cache_read_input_tokens``), so it waits for the first event, which carries
+what the prefill read; ``message_delta`` then gives the whole usage, the output
+count with it, the same as a whole reply's.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ffwd.engine.events import GenerationResult, TokenEvent
+from ffwd.engine.events import GenerationResult, PromptRead, TokenEvent
 from ffwd.engine.sampling import SamplingParams
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
@@ -145,6 +149,7 @@ class MessagesWriter:
         self.warnings = warnings or []
         self.segments = Segmenter()
         self.tool_ids: dict[int, str] = {}
+        self.started = False  # message_start sent
 
     # --- the Writer protocol ---------------------------------------------------
     def collect(self, event: TokenEvent) -> None:
@@ -154,11 +159,11 @@ class MessagesWriter:
         return self.message(res)
 
     def opening(self) -> list[str]:
-        return [self._event("message_start", message=self.message(None)),
-                self._event("ping")]
+        return []  # message_start reports the prompt's usage: it comes with the first event
 
     def event(self, event: TokenEvent) -> list[str]:
-        out = [self._write(step) for step in self._steps(event)]
+        out = [] if self.started else self._start(event)
+        out += [self._write(step) for step in self._steps(event)]
         if event.result is None:
             return out
         done = self.message(event.result)
@@ -170,14 +175,26 @@ class MessagesWriter:
         return self._event("error", **{k: v for k, v in anthropic_body(err).items()
                                        if k != "type"})
 
+    def _start(self, event: TokenEvent) -> list[str]:
+        """``message_start`` (with the prompt's usage, read off the first event) and a ping."""
+        self.started = True
+        read = event.prompt or PromptRead(0, 0)
+        return [self._event("message_start", message=self.message(None, read)),
+                self._event("ping")]
+
     # --- the message ------------------------------------------------------------
-    def message(self, res: GenerationResult | None) -> dict[str, Any]:
+    def message(self, res: GenerationResult | None,
+                read: PromptRead | None = None) -> dict[str, Any]:
+        """The whole message (`res`), or the empty one ``message_start`` carries, with the
+        prompt's usage as the prefill `read` it."""
+        if res is not None:
+            read = PromptRead(res.prompt_tokens, res.cached_tokens)
         out: dict[str, Any] = {
             "id": self.id, "type": "message", "role": "assistant", "model": self.model,
             "content": [self._block(s) for s in self.segments.segments] if res else [],
             "stop_reason": stop_reason(res, self.segments.segments) if res else None,
             "stop_sequence": res.stop_sequence if res else None,
-            "usage": usage(res),
+            "usage": usage(read or PromptRead(0, 0), res.completion_tokens if res else 0),
         }
         if self.warnings:
             out["warnings"] = self.warnings
@@ -226,9 +243,12 @@ def stop_reason(res: GenerationResult, segments: list[Segment]) -> str:
     return STOP_REASONS[res.finish_reason]
 
 
-def usage(res: GenerationResult | None) -> dict[str, Any]:
-    """Anthropic's usage: ``input_tokens`` are the prompt ids not read from the cache."""
-    prompt, cached = (res.prompt_tokens, res.cached_tokens) if res else (0, 0)
-    return {"input_tokens": prompt - cached, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": cached,
-            "output_tokens": res.completion_tokens if res else 0}
+def usage(read: PromptRead, output: int) -> dict[str, Any]:
+    """Anthropic's usage: ``input_tokens`` are the prompt ids not read from the cache
+    (ffwd caches prompts by itself: no ids are billed as written to it).
+
+    >>> usage(PromptRead(tokens=120, cached=100), 7)["input_tokens"]
+    20
+    """
+    return {"input_tokens": read.tokens - read.cached, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": read.cached, "output_tokens": output}
