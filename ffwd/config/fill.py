@@ -1,7 +1,7 @@
 """Fill settings: FFWD_FILL and the FFWD_FILL_* variables, per process and per request.
 
     FFWD_FILL                   off|strict|echo (0/1 alias off/strict)   off
-    FFWD_FILL_MAX_SPAN          longest injected span, 2..4096            32
+    FFWD_FILL_MAX_SPAN          longest injected span, 2..4096            64
     FFWD_FILL_APPEND_CHUNK_SIZE ids per append forward, 0 = backend max   0
     FFWD_FILL_K                 echo anchor length, 2..64                 3
     FFWD_FILL_CANDIDATES        echo occurrences kept per k-gram, 1..1024 8
@@ -76,7 +76,9 @@ class FillConfig:
     once (they come from `ffwd bench` and `python -m tools.acceptance`)."""
 
     mode: FillMode = "off"
-    max_span: int = 32
+    # A copy that matches far back is drafted long at once, as llama.cpp's ngram-mod
+    # drafts 48-64 ids; the span policy (ffwd.fill.spans) forwards only what pays.
+    max_span: int = 64
     append_chunk_size: int = 0
     k: int = 3
     candidates: int = 8

@@ -51,6 +51,7 @@ from ffwd.fill import (
     ProposalSource,
     TraceWriter,
 )
+from ffwd.fill.spans import SharedAcceptance
 from ffwd.templates.text import decode_ids
 
 
@@ -59,7 +60,9 @@ class Prepared:
     """A generation ready to run (see the module docstring).
 
     `plan=None` or fill ``off`` decodes plainly; under ``echo`` the `copies`
-    (earlier outputs' sources) are asked after the request's own echo.
+    (earlier requests' sources) are asked beside the request's own echo, and
+    `acceptance` is what the server learned of copies across requests (the
+    session's estimates start there; `ffwd.fill.spans.SharedAcceptance`).
     `calls` reads tool calls out of the output and gates the plan's template
     rows; `grammar` masks every draw and has its forced ids fast-forwarded.
     `logprobs` is the number of alternatives per id (0: its own only; None: no
@@ -76,6 +79,7 @@ class Prepared:
     grammar: ConstraintFactory | None = None
     logprobs: int | None = None
     copies: Sequence[ProposalSource] = ()
+    acceptance: SharedAcceptance | None = None
 
 
 def stream_generate(
@@ -168,7 +172,7 @@ def open_session(
         max_span=fill.max_span, append_chunk_size=fill.append_chunk_size, decode=decode,
         strict_context=out if out.parser is not None else None,
         grammar=constraint if isinstance(constraint, ConstrainingSource) else None,
-        sources=prep.copies if fill.mode == "echo" else (),
+        sources=prep.copies if fill.mode == "echo" else (), shared=prep.acceptance,
     )
 
 

@@ -15,7 +15,9 @@ With a `FillSession`, every sampled id is pushed and the session answers:
   and whether to check position 0 alone first (`ffwd.fill.spans`), or to
   decline it. The model's own logits keep the agreed prefix; the rest is
   undone (`Backend.mark`/`undo`: a rewind, or for recurrent caches a restored
-  checkpoint and the kept ids forwarded again).
+  checkpoint and the kept ids forwarded again). A verify span that starts with
+  determined ids (`Proposal.asserted`: a row or the grammar, extended by a
+  copy) keeps those whatever the model says and verifies only the rest.
 
 No module state: one generation per backend at a time, from any thread.
 """
@@ -209,7 +211,7 @@ def _emit(
             run.out.append(tok)
             sent += 1
             row = None if rows is None else rows[j]
-            yield run.event(tok, proposal.origin, row)
+            yield run.event(tok, proposal.origin_at(j), row)
     finally:
         run.session.commit(proposal, sent, tested)
 
@@ -238,10 +240,11 @@ def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
 
 
 def _assert_step(
-    run: _Run, head: list[int], proposal: Proposal
+    run: _Run, head: list[int], proposal: Proposal, n: int | None = None
 ) -> Generator[TokenEvent, None, int | None]:
-    """Forward `head` (the sampled id, or nothing at the start) and the span in one go."""
-    span = list(proposal.ids)
+    """Forward `head` (the sampled id, or nothing at the start) and the span (its first
+    `n` ids when given) in one go."""
+    span = list(proposal.ids[:n])
     last = len(run.out) + len(span) >= run.max_tokens
     logits: torch.Tensor | None = None
     rows: torch.Tensor | None = None
@@ -255,7 +258,7 @@ def _assert_step(
         rows = logits if prev is None else torch.cat([prev[None], logits])
         _write_trace(run, proposal, rows[: len(span)], len(span))
         logits = rows[-1]
-    yield from _emit(run, proposal, span, rows)
+    yield from _emit(run, proposal, span, rows, tested=len(span))
     if last or logits is None:
         return None
     return run.pick(logits)
@@ -266,18 +269,21 @@ def _verify_step(
 ) -> Generator[TokenEvent, None, int | None]:
     b, sampler, session = run.backend, run.sampler, run.session
     assert session is not None
+    head = proposal.asserted  # determined ids ahead of the copy: taken whatever it says
     if b.max_append < 2 or not (b.can_rewind or b.can_checkpoint):
-        session.commit(proposal, 0)
         session.note_verify_unsupported()
         _write_trace(run, proposal, None, 0, "unsupported")
+        if head:
+            return (yield from _assert_step(run, [token], proposal, head))
+        session.commit(proposal, 0)
         return run.pick(_forward(run, [token], rows=False))
     choice = run.policy(proposal, session)
-    span = list(proposal.ids[: min(choice.length, b.max_append - 1)])
+    span = list(proposal.ids[: max(head, min(choice.length, b.max_append - 1))])
     if not span:
         session.decline(proposal)
         _write_trace(run, proposal, None, 0, "declined", choice)
         return run.pick(_forward(run, [token], rows=False))
-    if choice.probe:
+    if choice.probe and not head:
         # Position 0 alone first: a rejection there costs exactly a plain step.
         row0 = _forward(run, [token], rows=False)
         first = verify_span(row0[None], span[:1], sampler, run.out)
@@ -296,8 +302,11 @@ def _verify_step(
     else:
         replay_from = [token]
         mark, ms = _mark(b)
-        rows = _forward(run, [token, *span], rows=True)
-        verdict = verify_span(rows, span, sampler, run.out)
+        ids = [token, *span]  # a long head may need more than one forward
+        rows = (_forward(run, ids, rows=True) if len(ids) <= b.max_append
+                else _forward_chunks(run, ids, all_rows=True))
+        rest = verify_span(rows[head:], span[head:], sampler, [*run.out, *span[:head]])
+        verdict = SpanVerdict(head + rest.accepted, rest.next_id)
     kept = span[: verdict.accepted]
     ms += _cut_back(run, mark, replay_from + kept, len(span) - len(kept))
     session.note_verify_event(ms)

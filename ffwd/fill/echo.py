@@ -4,7 +4,10 @@ Every id that enters the sequence (prompt, sampled, injected) is indexed by the
 k-gram that ends at it. When the last k ids occurred before, the source walks
 forward from those earlier occurrences, nearest first, and keeps a token only
 while every occurrence still being walked agrees on it. Where they disagree the
-history has forked: the span stops there and is marked ``branch_stop``.
+history has forked: the span stops there and is marked ``branch_stop``. Strong
+evidence wins over weak: when some occurrences match the present at least
+`STRONG` ids back, only those are walked (`strongest`), so a passage quoted
+word for word is not stopped by a short, unrelated match that forks from it.
 
 Worked example (k=2)::
 
@@ -19,9 +22,10 @@ Worked example (k=2)::
     back to "c e" vs "c d" (ids 7 and 3 differ), so run = 2 ("a b").
 
 A lookup hashes one k-gram and walks at most `max_span` steps over at most
-`max_candidates` occurrences, and measures the run (how far back the history
-matches the nearest occurrence's context, at most `RUN_CAP`), so a push costs
-O(k + span) whatever the length of the history. The index keeps `index_max`
+`max_candidates` occurrences, and measures runs (how far back the history
+matches an occurrence's context: at most `STRONG` ids for each, `RUN_CAP` for
+the one walked), so a push costs O(k + span) whatever the length of the
+history. The index keeps `index_max`
 ids; older ones are forgotten.
 """
 
@@ -34,6 +38,20 @@ from dataclasses import dataclass
 from ffwd.fill.proposal import Proposal, TokenView
 
 RUN_CAP = 64  # the run a proposal reports is measured this far back at most
+# A match this long (ids) is strong evidence: occurrences that match the present less far
+# back do not veto its copy where they fork (llama.cpp's ngram-mod keys on 24 ids).
+STRONG = 16
+
+
+def strongest(runs: Sequence[int], strong: int = STRONG) -> list[int]:
+    """Which candidate occurrences (by their runs) a copy walks: all of them, unless some
+    match the present at least `strong` ids back; then only those.
+
+    >>> strongest([3, 20, 5, 64]), strongest([3, 5])
+    ([1, 3], [0, 1])
+    """
+    best = [i for i, r in enumerate(runs) if r >= strong]
+    return best or list(range(len(runs)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,9 +157,11 @@ class EchoSource:
             return None
         oldest = self.oldest + k - 1
         starts = [q + 1 for q in bucket if oldest <= q < end]
+        if len(starts) > 1:  # a long match outweighs short ones that fork from it
+            starts = [starts[i] for i in strongest([self._run(end, s, STRONG) for s in starts])]
         if not starts:
             return None
-        starts_0 = starts[0]  # the nearest occurrence: its context measures the run
+        starts_0 = starts[0]  # the nearest occurrence kept: its context measures the run
         # The walk stops at max_span; the session applies the budget so that
         # it can count the cut.
         limit = self.config.max_span
@@ -165,10 +185,11 @@ class EchoSource:
         run = self._run(end, starts_0)
         return Proposal(tuple(span), "verify", "echo", branch_stop=branch_stop, run=run)
 
-    def _run(self, end: int, start: int) -> int:
-        """How many ids before `end` (inclusive) equal those before `start` (exclusive)."""
+    def _run(self, end: int, start: int, cap: int = RUN_CAP) -> int:
+        """How many ids before `end` (inclusive) equal those before `start` (exclusive),
+        counting at most `cap`."""
         low = self.oldest
         n = 0
-        while n < RUN_CAP and start - 1 - n >= low and self.at(end - n) == self.at(start - 1 - n):
+        while n < cap and start - 1 - n >= low and self.at(end - n) == self.at(start - 1 - n):
             n += 1
         return n

@@ -42,6 +42,11 @@ class Proposal:
     history forked (several different continuations were seen). `run` is a copy
     source's evidence: how many ids before the span already match the copied
     passage (the longer, the likelier the copy goes on; `ffwd.fill.spans`).
+
+    A verify proposal may start with `asserted` determined ids from the source
+    `lead` (a template row or the grammar) that a copy extends
+    (`ffwd.fill.merge`): those are taken whatever the model says, and only the
+    rest is verified. `origin_at(j)` names the source of each id.
     """
 
     ids: tuple[int, ...]
@@ -49,12 +54,29 @@ class Proposal:
     origin: ProposalOrigin
     branch_stop: bool = False
     run: int = 0
+    asserted: int = 0
+    lead: ProposalOrigin | None = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"proposal policy {self.policy!r}: expected one of {POLICIES}")
-        if self.origin not in ORIGINS:
-            raise ValueError(f"proposal origin {self.origin!r}: expected one of {ORIGINS}")
+        for origin in (self.origin, self.lead or self.origin):
+            if origin not in ORIGINS:
+                raise ValueError(f"proposal origin {origin!r}: expected one of {ORIGINS}")
+        if not 0 <= self.asserted <= len(self.ids):
+            raise ValueError(f"proposal asserted={self.asserted}: expected 0..{len(self.ids)}")
+
+    @property
+    def head(self) -> int:
+        """Leading ids taken whatever the model says: all of an assert, `asserted` of a
+        verify."""
+        return len(self.ids) if self.policy == "assert" else self.asserted
+
+    def origin_at(self, j: int) -> ProposalOrigin:
+        """The source of id `j`."""
+        if j < self.asserted and self.lead is not None:
+            return self.lead
+        return self.origin
 
 
 class TokenView(Protocol):

@@ -1,19 +1,29 @@
-"""Recall: what earlier requests wrote, as a second copy source across requests.
+"""Recall: what earlier requests read and wrote, as a second copy source across requests.
 
-Agents repeat themselves from one request to the next: the same call with the
-same arguments, the same path, the same code. Echo (`ffwd.fill.echo`) sees one
-request; `RecallIndex` keeps the outputs of earlier ones, per tenant (one API
-key's text never proposes ids to another's request), indexed by the k-gram
-that ends at each id, bounded in bytes (the least recently used output goes
-first). A request gets a `RecallSource` over its tenant's outputs: when its
-last k ids occurred in one, it proposes the continuation (policy ``verify``,
-origin ``recall``), kept only while every occurrence being walked agrees, as
-echo does, with the copy's run (how far back the request matches the output
-before that point) as its evidence.
+Agents repeat themselves from one request to the next: the same request
+again, the same call with the same arguments, a file re-read and re-written,
+a conversation whose next prompt quotes the last one. Echo
+(`ffwd.fill.echo`) sees one request; `RecallIndex` keeps earlier requests
+whole, prompt then output, per tenant (one API key's text never proposes ids
+to another's request), indexed by the k-gram that ends at each id, bounded in
+bytes (the least recently used request goes first; a request whose ids start
+with an earlier one's, such as the next turn of a conversation or the same
+request again, replaces it). A request gets a `RecallSource` over its
+tenant's: when its last k ids occurred in one, it proposes the continuation
+(policy ``verify``, origin ``recall``), with the copy's run (how far back the
+request, prompt included, matches the earlier one before that point) as its
+evidence. Because the prompt is indexed, a repeated request matches from its
+first output id with a run as long as the prompt.
+
+Occurrences are walked as echo walks them: kept while all agree, except that
+a match at least `STRONG` ids long is not vetoed by shorter ones
+(`ffwd.fill.echo.strongest`): every earlier request shares the template's
+markup, and a repeated one should not stop where another request went its own
+way.
 
 Worked example (k=2)::
 
-    earlier output   7 1 2 3 4 5
+    earlier request  7 1 2 3 4 5        (prompt and output, one sequence)
     this request     ... 9 1 2          tail "1 2" ended at 2 in the output
     proposal         3 4 5  (run 2: "1 2"; 9 vs 7 before it differ)
 
@@ -29,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ffwd.fill.echo import RUN_CAP
+from ffwd.fill.echo import RUN_CAP, STRONG, strongest
 from ffwd.fill.proposal import Proposal, TokenView
 
 # What one indexed id costs in memory (its k-gram key and dict slot, its entry, its
@@ -49,7 +59,7 @@ class RecallConfig:
 
 
 class RecallIndex:
-    """Earlier requests' outputs, per tenant, k-gram indexed, LRU-bounded in bytes.
+    """Earlier requests (prompt and output), per tenant, k-gram indexed, LRU-bounded in bytes.
 
     Shared by the requests of one server (one model): `add` after each request,
     `source` for each new one. Safe to use from several threads.
@@ -72,17 +82,25 @@ class RecallIndex:
         return len(self._docs)
 
     def add(self, tenant: str, ids: Sequence[int]) -> None:
-        """Remember `ids` (one request's output) for `tenant`'s later requests."""
+        """Remember `ids` (one request: its prompt, then its output) for `tenant`'s later
+        requests. Earlier ones it starts with (the same request, the conversation up to
+        its last turn) are dropped: it holds them."""
         k = self.config.k
         if len(ids) <= k or len(ids) * BYTES_PER_ID > self.config.max_bytes:
             return
         most = self.config.max_candidates
+        new = array("l", ids)
         with self._lock:
+            for doc in [d for d, (t, old) in self._docs.items()
+                        if t == tenant and len(old) <= len(new) and old[0] == new[0]
+                        and new[: len(old)] == old]:
+                self._evict(doc)
             doc, self._next = self._next, self._next + 1
-            self._docs[doc] = (tenant, array("l", ids))
-            self._ids += len(ids)
+            self._docs[doc] = (tenant, new)
+            self._ids += len(new)
             index = self._index.setdefault(tenant, {})
             for end in range(k - 1, len(ids)):
+                # Keys from the caller's ids: their int objects are shared, not made anew.
                 key = tuple(ids[end - k + 1 : end + 1])
                 bucket = index.get(key)
                 if bucket is None:
@@ -91,10 +109,10 @@ class RecallIndex:
                     bucket.insert(0, doc << 32 | end)
                     del bucket[most:]
             while self.nbytes > self.config.max_bytes:
-                self._evict()
+                self._evict(next(iter(self._docs)))
 
-    def _evict(self) -> None:
-        doc, (tenant, ids) = self._docs.popitem(last=False)
+    def _evict(self, doc: int) -> None:
+        tenant, ids = self._docs.pop(doc)
         self._ids -= len(ids)
         index, k = self._index[tenant], self.config.k
         for end in range(k - 1, len(ids)):
@@ -122,7 +140,7 @@ class RecallIndex:
             found: list[tuple[Sequence[int], int]] = [
                 (self._docs[e >> 32][1], e & 0xFFFFFFFF) for e in bucket]
             if bucket:
-                self._docs.move_to_end(bucket[0] >> 32)  # an output in use is kept longest
+                self._docs.move_to_end(bucket[0] >> 32)  # a request in use is kept longest
         return found
 
 
@@ -142,6 +160,8 @@ class RecallSource:
         if len(tail) < cfg.k:
             return None
         found = self.index.lookup(self.tenant, tuple(tail[-cfg.k :]))
+        if len(found) > 1:  # a long match outweighs short ones that fork from it
+            found = [found[i] for i in strongest([_run(tail, *f, STRONG) for f in found])]
         if not found:
             return None
         nearest = found[0]
@@ -163,13 +183,13 @@ class RecallSource:
         return Proposal(tuple(span), "verify", "recall", branch_stop, _run(tail, *nearest))
 
 
-def _run(tail: Sequence[int], ids: Sequence[int], end: int) -> int:
-    """How many trailing ids of `tail` equal those of `ids` ending at `end`.
+def _run(tail: Sequence[int], ids: Sequence[int], end: int, cap: int = RUN_CAP) -> int:
+    """How many trailing ids of `tail` (at most `cap`) equal those of `ids` ending at `end`.
 
-    >>> _run([9, 1, 2], [7, 1, 2, 3], 2)
-    2
+    >>> _run([9, 1, 2], [7, 1, 2, 3], 2), _run([9, 1, 2], [9, 1, 2, 3], 2, cap=2)
+    (2, 2)
     """
     n = 0
-    while n < min(len(tail), end + 1) and tail[-1 - n] == ids[end - n]:
+    while n < min(len(tail), end + 1, cap) and tail[-1 - n] == ids[end - n]:
         n += 1
     return n

@@ -2,9 +2,12 @@
 
 Contract
 --------
-* `FillSession.push(token_id, budget)` records one *sampled* id and asks the
-  sources, in priority order (strict rows, the grammar, echo, caller sources),
-  what follows. The first proposal that survives the clamp is returned.
+* `FillSession.push(token_id, budget)` records one *sampled* id and asks every
+  source (strict rows, the grammar, echo, caller sources such as recall) what
+  follows, and returns one proposal (`ffwd.fill.merge`): the first assert
+  proposal that survives the clamp (the head), extended by the copy whose tail
+  past it has the most expected kept ids; with no head, that copy alone. A
+  copy source whose verified spans keep failing sits out a while (`Backoff`).
 * The caller then calls `commit(proposal, accepted)` exactly once with the
   number of ids it actually emitted: all of them for an assert, the agreed
   prefix for a verify, 0 when it declined. Nothing enters the history before
@@ -13,7 +16,8 @@ Contract
   first one, inclusive) -> what the grammar admits (when there is one) ->
   min(max_span, budget) -> reject spans shorter than 2.
   An echo proposal that the clamp shortened anywhere but at a delimiter is held
-  under ``verify``.
+  under ``verify``. A copy's tail past a head is clamped the same way, from the
+  head's end.
 
 This module is bookkeeping only: no torch, no tokenizer, no template.
 """
@@ -21,51 +25,24 @@ This module is bookkeeping only: no torch, no tokenizer, no template.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal, Protocol
 
 from ffwd.fill.echo import EchoConfig, EchoSource
+from ffwd.fill.merge import Backoff, extend, pick
 from ffwd.fill.proposal import (
     ConstrainingSource,
     ObservingSource,
     Proposal,
-    ProposalOrigin,
     ProposalSource,
-    TokenView,
 )
-from ffwd.fill.spans import AcceptanceBook
+from ffwd.fill.spans import AcceptanceBook, SharedAcceptance
+from ffwd.fill.strict import FILL_KINDS, FillKind, FillRow, StrictFillContext, StrictRowSource
+
+__all__ = ["COPIES", "FILL_KINDS", "FillKind", "FillPlan", "FillRow", "FillSession", "FillStats",
+           "StrictFillContext", "StrictRowSource"]
 
 COPIES = ("echo", "recall")  # copy sources: cut at delimiters, held under verify when cut
-FillKind = Literal["scaffold", "name", "key", "close", "turn-end"]
-FILL_KINDS: tuple[FillKind, ...] = ("scaffold", "name", "key", "close", "turn-end")
-
-
-@dataclass(frozen=True, slots=True)
-class FillRow:
-    """When the history ends with `trigger`, the ids in `emit` follow.
-
-    `emit` is sliced out of a whole template rendering, never encoded alone.
-    A row with `requires_context` fires only when the format's
-    `StrictFillContext` allows it (inside a call, outside a string, ...).
-    """
-
-    trigger: tuple[int, ...]
-    emit: tuple[int, ...]
-    kind: FillKind
-    requires_context: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in FILL_KINDS:
-            raise ValueError(f"fill row kind {self.kind!r}: expected one of {FILL_KINDS}")
-
-
-class StrictFillContext(Protocol):
-    """Parser state that decides whether a template row may fire now."""
-
-    def observe(self, ids: Sequence[int]) -> None: ...
-
-    def allows(self, row: FillRow) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,66 +80,12 @@ class FillStats:
     checkpoint_ms: float = 0.0  # time spent in checkpoint/restore for verify
     branch_stops: int = 0  # echo spans that ended where the history forked
     declined: int = 0  # verify proposals the span policy judged not worth a forward
+    backoffs: int = 0  # times a copy source was paused: its verifies kept failing
+    backed_off: int = 0  # copy proposals dropped while their source was paused
+    merged: int = 0  # spans where a copy extended determined ids (one forward for both)
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
-
-
-class StrictRowSource:
-    """Template and schema rows as a proposal source; always ``assert``."""
-
-    name = "strict"
-
-    def __init__(
-        self, rows: Iterable[FillRow], context: StrictFillContext | None = None
-    ) -> None:
-        self.context = context
-        self._buckets: dict[int, list[FillRow]] = {}
-        self._max_trigger = 1
-        self._enabled = True
-        for row in rows:
-            if not row.trigger or not row.emit:
-                continue
-            self._max_trigger = max(self._max_trigger, len(row.trigger))
-            self._buckets.setdefault(row.trigger[-1], []).append(row)
-        # Longest trigger first; sort is stable, so plan order breaks ties.
-        for bucket in self._buckets.values():
-            bucket.sort(key=lambda r: -len(r.trigger))
-
-    @property
-    def window_needed(self) -> int:
-        return self._max_trigger
-
-    @property
-    def enabled(self) -> bool:
-        return self._enabled
-
-    def disable(self) -> None:
-        self._enabled = False
-
-    def observe(self, ids: Sequence[int]) -> None:
-        if self.context is not None:
-            self.context.observe(ids)
-
-    def propose(self, view: TokenView) -> Proposal | None:
-        if not self._enabled:
-            return None
-        tail = view.tail(self._max_trigger)
-        if not tail:
-            return None
-        bucket = self._buckets.get(tail[-1])
-        if bucket is None:
-            return None
-        n = len(tail)
-        for row in bucket:
-            t = row.trigger
-            if len(t) > n or tuple(tail[n - len(t) :]) != t:
-                continue
-            if row.requires_context and (self.context is None or not self.context.allows(row)):
-                continue
-            origin: ProposalOrigin = "schema" if row.kind in ("name", "key") else "template"
-            return Proposal(row.emit, "assert", origin)
-        return None
 
 
 class FillSession:
@@ -179,6 +102,7 @@ class FillSession:
         decode: Callable[[Sequence[int]], str] | None = None,
         strict_context: StrictFillContext | None = None,
         grammar: ConstrainingSource | None = None,
+        shared: SharedAcceptance | None = None,
     ) -> None:
         self.plan = plan
         self.grammar = grammar
@@ -213,7 +137,9 @@ class FillSession:
         self._length = len(prompt_ids)
         self._budget: float = math.inf
         self._pending: Proposal | None = None
-        self._book = AcceptanceBook()
+        # Acceptance per copy source: this request's, on what the server learned (`shared`).
+        self._book = AcceptanceBook(shared)
+        self._backoff: dict[str, Backoff] = {}
 
     # --- TokenView ------------------------------------------------------
     @property
@@ -265,62 +191,115 @@ class FillSession:
         return self._propose(self._sources, budget)
 
     def _propose(self, sources: Sequence[ProposalSource], budget: float) -> Proposal | None:
-        """The first proposal of `sources` (in order) that survives the clamp."""
+        """One proposal from what `sources` propose (see the module docstring), or None."""
+        head: tuple[Proposal, bool] | None = None  # (clamped, cut by the clamp)
+        copies: list[tuple[Proposal, tuple[Proposal, bool] | None]] = []  # (raw, alone)
         for source in sources:
-            proposal = source.propose(self)
-            if proposal is None:
+            raw = source.propose(self)
+            if raw is None or (head is not None and raw.policy == "assert"):
                 continue
-            if proposal.branch_stop:
+            if raw.branch_stop:
                 self.stats.branch_stops += 1
-            is_echo = proposal.origin in COPIES
-            ids = self._clamp(proposal.ids, budget, is_echo)
-            if ids is None:
+            if raw.policy == "verify" and self._paused(raw.origin):
+                self.stats.backed_off += 1
                 continue
-            policy = proposal.policy
-            if is_echo and len(ids) != len(proposal.ids) and ids[-1] not in self._delimiters:
-                policy = "verify"
-            out = Proposal(ids, policy, proposal.origin, proposal.branch_stop, proposal.run)
-            self._pending = out
-            return out
-        return None
+            alone = self._clamped(raw, budget)
+            if alone is not None and alone[0].policy == "assert":
+                head = alone
+            else:
+                copies.append((raw, alone))
+        out = self._extend(head, [raw for raw, _ in copies], budget) if head else None
+        if out is None:
+            fits = [c for _, c in copies if c is not None]
+            best = pick([self.acceptance(c) for c, _ in fits])
+            out = head or (fits[best] if best is not None else None)
+        if out is None:
+            return None
+        self.stats.index_truncated += out[1]
+        self._pending = out[0]
+        return out[0]
+
+    def _clamped(self, raw: Proposal, budget: float) -> tuple[Proposal, bool] | None:
+        """`raw` clamped alone (module docstring), and whether the clamp cut it."""
+        is_copy = raw.origin in COPIES
+        ids = self._clamp(raw.ids, budget, is_copy)
+        if ids is None:
+            return None
+        policy = raw.policy
+        if is_copy and len(ids) != len(raw.ids) and ids[-1] not in self._delimiters:
+            policy = "verify"
+        return replace(raw, ids=ids, policy=policy), len(ids) != len(raw.ids)
+
+    def _extend(self, head: tuple[Proposal, bool], copies: Sequence[Proposal],
+                budget: float) -> tuple[Proposal, bool] | None:
+        """The head extended by the copy tail with the most expected kept ids; None
+        when no copy extends it."""
+        first = head[0]
+        tails = []
+        for raw in copies:
+            tail = extend(first.ids, raw.ids)
+            cut = tail and self._clamp(tail, budget, raw.origin in COPIES, first.ids)
+            if cut:
+                tails.append((raw, cut, len(cut) != len(tail or ())))
+        best = pick([self._book.rates(raw.origin, raw.run + len(first.ids), len(cut))
+                     for raw, cut, _ in tails])
+        if best is None:
+            return None
+        raw, cut, shortened = tails[best]
+        return Proposal(first.ids + cut, "verify", raw.origin, raw.branch_stop, raw.run,
+                        len(first.ids), first.origin), head[1] or shortened
+
+    def _paused(self, origin: str) -> bool:
+        b = self._backoff.get(origin)
+        return b is not None and b.paused(self.stats.decode_steps)
 
     def commit(self, proposal: Proposal, accepted: int, tested: int | None = None) -> None:
         """Record that the first `accepted` ids of `proposal` were emitted.
 
         For verify, `tested` is how many positions the model was asked about
-        (default: all); untested ones are neither rejected nor learned from.
+        (default: all; the asserted head among them); untested ones are neither
+        rejected nor learned from.
         """
         if proposal is not self._pending:
             raise RuntimeError("FillSession.commit of a proposal that is not pending")
         self._pending = None
         n = max(0, min(int(accepted), len(proposal.ids)))
-        st = self.stats
+        st, head = self.stats, proposal.head
         if proposal.policy == "verify":
             size = len(proposal.ids)
             checked = size if tested is None else max(n, min(tested, size))
-            st.verify_accepted += n
-            st.verify_rejected += checked - n
-            self._book.verified(proposal.origin, checked, n, proposal.run)
+            tried, kept = max(0, checked - head), max(0, n - head)
+            st.verify_accepted += kept
+            st.verify_rejected += tried - kept
+            self._book.verified(proposal.origin, tried, kept, proposal.run + head)
+            backoff = self._backoff.setdefault(proposal.origin, Backoff())
+            st.backoffs += backoff.verified(tried, kept, st.decode_steps)
         if n == 0:
             return
         self._book.stop_following()
         self._append(proposal.ids[:n])
         st.events += 1
         st.injected += n
-        if proposal.origin in ("schema", "template"):
-            st.strict += n
-        elif proposal.origin == "grammar":
-            st.grammar += n
-        elif proposal.origin == "echo":
-            st.echo += n
-        elif proposal.origin == "recall":
-            st.recall += n
+        st.merged += 0 < head < n and proposal.policy == "verify"
+        lead = min(n, head)  # the head's ids, then the rest: each to its source
+        for start, part in ((0, lead), (lead, n - lead)):
+            if part:
+                self._count(proposal.origin_at(start), part)
         st.span_lens.append(n)
+
+    def _count(self, origin: str, n: int) -> None:
+        st = self.stats
+        if origin in ("schema", "template"):
+            st.strict += n
+        elif origin in ("grammar", "echo", "recall"):
+            setattr(st, origin, getattr(st, origin) + n)
 
     def acceptance(self, proposal: Proposal) -> list[float]:
         """The running chance that each position of `proposal` is kept (its source's
         estimate for a copy of its run, `ffwd.fill.spans`)."""
-        return self._book.rates(proposal.origin, proposal.run, len(proposal.ids))
+        head = proposal.head
+        rest = self._book.rates(proposal.origin, proposal.run + head, len(proposal.ids) - head)
+        return [1.0] * head + rest
 
     def decline(self, proposal: Proposal) -> None:
         """Instead of `commit`: the caller does not forward this verify proposal."""
@@ -328,7 +307,8 @@ class FillSession:
             raise RuntimeError("FillSession.decline of a proposal that is not pending")
         self._pending = None
         self.stats.declined += 1
-        self._book.declined(proposal.origin, proposal.ids, proposal.run)
+        head = proposal.head
+        self._book.declined(proposal.origin, proposal.ids[head:], proposal.run + head)
 
     def note_verify_event(self, checkpoint_ms: float = 0.0) -> None:
         """A verify proposal reached the forward."""
@@ -368,8 +348,11 @@ class FillSession:
             del tail[: len(tail) - self._window]
 
     def _clamp(
-        self, ids: tuple[int, ...], budget: float, apply_delimiters: bool
+        self, ids: tuple[int, ...], budget: float, apply_delimiters: bool,
+        before: tuple[int, ...] = (),
     ) -> tuple[int, ...] | None:
+        """`ids` clamped (module docstring); as the tail of a span that starts with
+        `before` when given (the grammar, the span cap and the length floor count it)."""
         out = ids
         for i, tok in enumerate(out):
             if tok in self._eos:
@@ -383,12 +366,10 @@ class FillSession:
                     out = out[: i + 1]
                     break
         if self.grammar is not None and out:
-            out = out[: self.grammar.admit(out)]
-        cap = min(self.max_span, budget)
+            out = out[: self.grammar.admit(before + out) - len(before)]
+        cap = min(self.max_span, budget) - len(before)
         if cap < len(out):
             out = out[: max(0, math.floor(cap))]
-        if len(out) < 2:
+        if not out or len(before) + len(out) < 2:
             return None
-        if len(out) != len(ids):
-            self.stats.index_truncated += 1
         return out

@@ -38,8 +38,9 @@ Everything here is a pure function of small tables (standard library only).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 Cost = Callable[[int], float]  # ms for one forward of m ids
 
@@ -178,30 +179,44 @@ class Acceptance:
     falls in bucket ``run_bucket(r + j)``. Each bucket keeps decayed counts of
     trials and acceptances, blended with a prior worth `weight` trials, so a
     new request starts from the prior and a falling acceptance shows within a
-    few observations.
+    few observations. With a `base` (what the server learned across requests,
+    `SharedAcceptance`) the prior is the base's current estimate, and every
+    observation also goes to the base.
 
     >>> a = Acceptance(prior=(0.5, 0.8), weight=2.0, decay=1.0)
     >>> a.record(tested=3, accepted=1, run=0)  # run 0 kept, run 1 rejected
     >>> [round(r, 3) for r in a.rates(run=0, n=3)]
     [0.667, 0.533, 0.8]
+    >>> b = Acceptance(prior=(0.5,), weight=2.0, decay=1.0, base=a)
+    >>> [round(r, 3) for r in b.rates(run=0, n=3)]  # starts where `a` stands
+    [0.667, 0.533, 0.8]
     """
 
     def __init__(
         self, prior: Sequence[float], *, weight: float = 4.0, decay: float = 0.9,
+        base: Acceptance | None = None,
     ) -> None:
         if not prior or weight <= 0 or not 0 < decay <= 1:
             raise ValueError("Acceptance: need a prior, weight > 0, 0 < decay <= 1")
         self._prior = [_rate(prior, j) for j in range(RUN_BUCKETS)]
         self._weight = weight
         self._decay = decay
+        self._base = base
         self._hits = [0.0] * RUN_BUCKETS
         self._trials = [0.0] * RUN_BUCKETS
+        self._lock = threading.Lock()  # a server's base is shared by concurrent requests
+
+    def table(self) -> list[float]:
+        """The estimate in each run bucket."""
+        prior = self._base.table() if self._base is not None else self._prior
+        w = self._weight
+        with self._lock:
+            return [(h + w * p) / (t + w)
+                    for h, t, p in zip(self._hits, self._trials, prior, strict=True)]
 
     def rates(self, run: int = 0, n: int = RUN_BUCKETS) -> list[float]:
         """The chance that each of `n` span positions is kept, after a run of `run`."""
-        w = self._weight
-        table = [(h + w * p) / (t + w)
-                 for h, t, p in zip(self._hits, self._trials, self._prior, strict=True)]
+        table = self.table()
         return [table[run_bucket(run + j)] for j in range(n)]
 
     def record(self, tested: int, accepted: int, run: int = 0) -> None:
@@ -212,14 +227,46 @@ class Acceptance:
     def observe(self, run: int, kept: bool) -> None:
         """An id proposed after a run of `run` matching ids was or was not kept."""
         k = run_bucket(run)
-        self._trials[k] = self._trials[k] * self._decay + 1.0
-        self._hits[k] = self._hits[k] * self._decay + (1.0 if kept else 0.0)
+        with self._lock:
+            self._trials[k] = self._trials[k] * self._decay + 1.0
+            self._hits[k] = self._hits[k] * self._decay + (1.0 if kept else 0.0)
+        if self._base is not None:
+            self._base.observe(run, kept)
 
 
-@dataclass(slots=True)
+# A server's estimate remembers about 1 / (1 - decay) observations per bucket: enough to
+# tell 0.99 from 0.999, which decides whether a long copy is forwarded in 20 ids or 64.
+SERVER_DECAY = 0.995
+
+
+class SharedAcceptance:
+    """What one server learned about its copy sources across requests: per origin, a
+    slowly decaying `Acceptance` from `PRIORS` on, the base of every request's own
+    estimate (`AcceptanceBook`). Safe to use from several threads."""
+
+    def __init__(self, *, weight: float = 4.0, decay: float = SERVER_DECAY) -> None:
+        self._weight, self._decay = weight, decay
+        self._by_origin: dict[str, Acceptance] = {}
+        self._lock = threading.Lock()
+
+    def get(self, origin: str) -> Acceptance:
+        with self._lock:
+            est = self._by_origin.get(origin)
+            if est is None:
+                est = self._by_origin[origin] = Acceptance(
+                    prior_for(origin), weight=self._weight, decay=self._decay)
+            return est
+
+    def tables(self) -> dict[str, list[float]]:
+        """Each origin's estimate per run bucket (for `ffwd info` and the tests)."""
+        with self._lock:
+            items = list(self._by_origin.items())
+        return {origin: est.table() for origin, est in items}
+
+
 class AcceptanceBook:
-    """A request's acceptance estimates, one per verify source, and the declined
-    proposal being followed.
+    """A request's acceptance estimates, one per verify source (on the server's, when
+    given), and the declined proposal being followed.
 
     A declined proposal still teaches: as the model samples, each id is
     compared with the declined span's next position (`sampled`), exactly what
@@ -227,9 +274,11 @@ class AcceptanceBook:
     verified or injected span ends it, so no position is counted twice.
     """
 
-    estimates: dict[str, Acceptance] = field(default_factory=dict)
-    _shadow: tuple[str, tuple[int, ...], int] | None = None  # origin, ids, run
-    _pos: int = 0  # the followed proposal's next position
+    def __init__(self, shared: SharedAcceptance | None = None) -> None:
+        self.shared = shared
+        self.estimates: dict[str, Acceptance] = {}
+        self._shadow: tuple[str, tuple[int, ...], int] | None = None  # origin, ids, run
+        self._pos = 0  # the followed proposal's next position
 
     def rates(self, origin: str, run: int = 0, n: int = RUN_BUCKETS) -> list[float]:
         return self._get(origin).rates(run, n)
@@ -239,7 +288,7 @@ class AcceptanceBook:
         self._get(origin).record(tested, accepted, run)
 
     def declined(self, origin: str, ids: Sequence[int], run: int = 0) -> None:
-        if self._shadow is None:
+        if self._shadow is None and ids:
             self._shadow, self._pos = (origin, tuple(ids), run), 0
 
     def sampled(self, token_id: int) -> None:
@@ -259,5 +308,6 @@ class AcceptanceBook:
     def _get(self, origin: str) -> Acceptance:
         est = self.estimates.get(origin)
         if est is None:
-            est = self.estimates[origin] = Acceptance(prior_for(origin))
+            base = self.shared.get(origin) if self.shared is not None else None
+            est = self.estimates[origin] = Acceptance(prior_for(origin), base=base)
         return est

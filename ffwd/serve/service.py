@@ -7,8 +7,8 @@ request's grammar), raising `APIError` for anything the client got wrong: a
 schema llguidance cannot compile is a 400 naming the tool or
 ``response_format``. `run` executes on the executor's one worker thread: it
 selects the prompt cache's best state and emits the events of
-`ffwd.engine.generate.stream_generate`; the output then joins its tenant's
-earlier ones (`ffwd.fill.recall`). `count_tokens` and `model_info` answer
+`ffwd.engine.generate.stream_generate`; the request (prompt and output) then
+joins its tenant's earlier ones (`ffwd.fill.recall`). `count_tokens` and `model_info` answer
 what the server asks without running anything (`execute.Service`).
 """
 
@@ -35,6 +35,7 @@ from ffwd.engine.sampling import SamplingParams
 from ffwd.engine.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.fill.recall import RecallConfig, RecallIndex
+from ffwd.fill.spans import SharedAcceptance
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
 from ffwd.serve.execute import Emit
@@ -92,9 +93,11 @@ class ModelService:
         self.grammars, self.grammar_unavailable = _request_grammars(
             tokenizer, self.template, self.format_name, backend.vocab_size, self.eos_ids
         )
-        # Earlier requests' outputs, per tenant: a model's own, forgotten with it.
+        # Earlier requests (prompt and output), per tenant: a model's own, forgotten with it.
         self.recall = RecallIndex(RecallConfig(
             fill.k, fill.max_span, fill.candidates, fill.recall_bytes))
+        # How often copies are kept, by how far back they match: learned across requests.
+        self.acceptance = SharedAcceptance()
 
     @property
     def forward_calls(self) -> int:
@@ -131,6 +134,7 @@ class ModelService:
             calls=calls, grammar=self._grammar(req, shown if fill.grammar else [], choice),
             logprobs=req.logprobs,
             copies=(self.recall.source(req.context.tenant),) if fill.recall else (),
+            acceptance=self.acceptance,
         )
         return Ready(prepared, req.context.tenant)
 
@@ -250,14 +254,14 @@ class ModelService:
         self.backend.reset()
 
     def run(self, ready: Ready, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        """Generate, emitting each event (the last carries the result); the output joins
-        the tenant's earlier ones (`ffwd.fill.recall`)."""
+        """Generate, emitting each event (the last carries the result); the request, its
+        prompt then its output, joins the tenant's earlier ones (`ffwd.fill.recall`)."""
         prep = ready.prepared
         self.prompt_cache.select(self.backend, prep.prompt_ids)
         for event in stream_generate(self.backend, self.tokenizer, prep, cancelled=cancelled):
-            if event.result is not None:
-                self.recall.add(ready.tenant, event.result.token_ids)
             emit(event)
+            if event.result is not None:  # once the client has it: prompt and output
+                self.recall.add(ready.tenant, [*prep.prompt_ids, *event.result.token_ids])
 
 
 def load_service(

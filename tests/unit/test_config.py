@@ -35,7 +35,7 @@ def test_defaults_are_the_measured_ones() -> None:
     c = resolve_fill_config({})
     assert c == FillConfig()
     assert (c.mode, c.max_span, c.append_chunk_size, c.k, c.candidates, c.index_max) == (
-        "off", 32, 0, 3, 8, 131072)
+        "off", 64, 0, 3, 8, 131072)
     assert c.trace is False and c.echo_config() is None and not c.strict_rows
 
 
@@ -116,7 +116,7 @@ def test_default_mode_applies_only_when_nothing_says_which() -> None:
 def test_request_overrides_are_typed_and_bounded() -> None:
     base = FillConfig(mode="echo")
     c = base.for_request({"fill": "strict", "k": 4, "max_span": None})
-    assert (c.mode, c.k, c.max_span) == ("strict", 4, 32)
+    assert (c.mode, c.k, c.max_span) == ("strict", 4, 64)
     for body, name, needle in [
         ({"k": "4"}, "ffwd.k", "a JSON integer"),
         ({"k": True}, "ffwd.k", "a JSON integer"),
