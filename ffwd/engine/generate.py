@@ -113,16 +113,13 @@ def stream_generate(
     )
     # 2. every event through the text layer, every stop checked after each id.
     finish: FinishReason = "length"
-    read: PromptRead | None = PromptRead(len(prep.prompt_ids), cached)  # on the first event
+    read = PromptRead(len(prep.prompt_ids), cached)  # on the first event
     try:
         for event in steps:
             if event.id in backend.eos_ids:
                 finish = "stop"
                 break
-            fed = out.feed(event)
-            if read is not None:
-                fed, read = replace(fed, prompt=read), None
-            yield fed
+            yield replace(out.feed(event), prompt=read) if not out.ids else out.feed(event)
             _note_failure(out, session)
             if (reason := _stopped(out, cancelled)) is not None:
                 finish = reason

@@ -26,8 +26,9 @@ from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.engine.sampling import SamplingParams
+from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.errors import APIError
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCallDelta
 

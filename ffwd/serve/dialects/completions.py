@@ -15,7 +15,7 @@ from typing import Any
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chunks import ChunkWriter, common_fields, finite
 from ffwd.serve.dialects.common import new_id
-from ffwd.serve.protocol import CompletionRequest
+from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.request import Context, GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta
 
