@@ -24,6 +24,7 @@ from ffwd.config import (
     FillConfig,
     TokenLimits,
     check_limits,
+    resolve_cors_origins,
     resolve_engine_config,
     resolve_fill_config,
     resolve_scale_config,
@@ -43,6 +44,10 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' (default: none, open)")
+    p.add_argument("--cors-origins", default=None,
+                   help="web pages (origins, comma-separated, or *) that may call the API "
+                   "from a browser besides the server's own and localhost ones; any other "
+                   "origin gets 403 (FFWD_CORS_ORIGINS; default: none)")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests allowed to wait; more get 429 (default: {DEFAULT_MAX_QUEUE})")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
@@ -188,4 +193,5 @@ def deploy_spec(args: argparse.Namespace, fill: FillConfig, engine: EngineConfig
         args.model, fill, engine, resolve_scale_config({k: getattr(args, k) for k in SCALE_FLAGS}),
         args.tool_format, args.prompt_cache_bytes, args.api_key, args.max_queue,
         args.max_body_bytes, args.host, args.port, resolve_limits(args),
+        cors_origins=resolve_cors_origins(args.cors_origins),
     )

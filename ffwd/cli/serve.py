@@ -15,7 +15,14 @@ from ffwd.cli.args import (
     resolve_settings,
     wants_replicas,
 )
-from ffwd.config import LOG_FORMATS, EngineConfig, FillConfig, TokenLimits, resolve_log_format
+from ffwd.config import (
+    LOG_FORMATS,
+    EngineConfig,
+    FillConfig,
+    TokenLimits,
+    resolve_cors_origins,
+    resolve_log_format,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,6 +40,7 @@ def main(args: argparse.Namespace) -> int:
         if fill.trace_path:
             _check_trace_file(fill.trace_path)
         log_format = resolve_log_format(args.log_format)
+        origins = resolve_cors_origins(args.cors_origins)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
         from ffwd.models import resolve_model
 
@@ -51,11 +59,11 @@ def main(args: argparse.Namespace) -> int:
 
         return serve_replicas(replace(spec, log_format=log_format), args.ray_address)
     assert ref is not None
-    return _serve_here(args, ref.name, fill, engine, limits)
+    return _serve_here(args, ref.name, fill, engine, limits, origins)
 
 
 def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
-                engine: EngineConfig, limits: TokenLimits) -> int:
+                engine: EngineConfig, limits: TokenLimits, origins: tuple[str, ...]) -> int:
     import uvicorn
     from tqdm import tqdm
 
@@ -76,7 +84,7 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
             print(f"ffwd serve: {exc}", file=sys.stderr)
             return 2
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
-                     max_body_bytes=args.max_body_bytes)
+                     max_body_bytes=args.max_body_bytes, cors_origins=origins)
     backend = service.backend
     print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
     if backend.attention_table is not None:
@@ -94,6 +102,10 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
         f"{service.fill.mode}) at http://{args.host}:{args.port}/v1",
         file=sys.stderr, flush=True,
     )
+    from ffwd.serve.cors import CorsPolicy
+
+    print(f"browser origins that may call it: {CorsPolicy(origins).describe()}",
+          file=sys.stderr, flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -4,16 +4,19 @@
     FFWD_MAX_TOKENS_LIMIT    the most output ids a request may ask for     4096
     FFWD_CACHE_DIR           converted models, tokenizers, cost curves     ~/.cache/ffwd
     FFWD_LOG_FORMAT          the server's log lines: text or json          text
+    FFWD_CORS_ORIGINS        browser origins allowed besides the server's   (none)
+                             own and localhost ones, comma-separated; *: any
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from ffwd.values import Parser, choice, int_in, parse_settings
+from ffwd.values import Parser, SettingError, choice, int_in, parse_settings
 
 DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
 DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
@@ -71,6 +74,43 @@ def resolve_log_format(flag: str | None = None, env: Mapping[str, str] | None = 
     env = os.environ if env is None else env
     return str(choice("FFWD_LOG_FORMAT", LOG_FORMATS)(
         flag if flag is not None else env.get("FFWD_LOG_FORMAT")))
+
+
+ANY_ORIGIN = "*"
+_ORIGIN = re.compile(r"^[a-z][a-z0-9+.-]*://[^/?#\s@]+$")
+_DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
+def resolve_cors_origins(flag: str | None = None,
+                         env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """FFWD_CORS_ORIGINS, or the --cors-origins `flag` (which wins): the browser origins
+    allowed besides the server's own and localhost ones, normalized; ``("*",)``: any
+    origin; ``()``: none besides those (the default).
+
+    >>> resolve_cors_origins("https://App.example.com:443/, http://10.0.0.5:3000", env={})
+    ('https://app.example.com', 'http://10.0.0.5:3000')
+    """
+    env = os.environ if env is None else env
+    raw = flag if flag is not None else env.get("FFWD_CORS_ORIGINS", "")
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    if ANY_ORIGIN in names:
+        if len(names) > 1:
+            raise SettingError("FFWD_CORS_ORIGINS", raw, "* alone, or a list of origins")
+        return (ANY_ORIGIN,)
+    return tuple(dict.fromkeys(_origin(n, raw) for n in names))
+
+
+def _origin(name: str, raw: str) -> str:
+    """`name` as a browser writes an Origin: lower case, no default port, no slash."""
+    origin = name.lower().removesuffix("/")
+    default_port = _DEFAULT_PORTS.get(origin.partition("://")[0])
+    if default_port:
+        origin = origin.removesuffix(default_port)
+    if not _ORIGIN.match(origin):
+        raise SettingError("FFWD_CORS_ORIGINS", raw, "*, or comma-separated origins such as "
+                           "https://app.example.com or http://localhost:3000 (scheme://host"
+                           "[:port], no path)")
+    return origin
 
 
 def cache_dir(env: Mapping[str, str] | None = None) -> Path:

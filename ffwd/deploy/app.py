@@ -218,11 +218,13 @@ class Ingress:
                                     info=info.get("model_info"))
         self.api_key = spec.api_key
         self.max_body_bytes = spec.max_body_bytes
+        self.cors_origins = spec.cors_origins
         configure_logging(spec.log_format)  # one line per request, in this actor's log
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(executor=self.executor, api_key=self.api_key,
-                          max_body_bytes=self.max_body_bytes, metrics=self.metrics)
+                          max_body_bytes=self.max_body_bytes, metrics=self.metrics,
+                          cors_origins=self.cors_origins)
 
 
 def build_app(spec: DeploySpec) -> Any:

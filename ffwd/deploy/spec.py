@@ -24,6 +24,7 @@ from ffwd.config import (
     ScaleConfig,
     TokenLimits,
     check_limits,
+    resolve_cors_origins,
     resolve_engine_config,
     resolve_fill_config,
     resolve_log_format,
@@ -54,6 +55,7 @@ class DeploySpec:
     port: int = 8000
     limits: TokenLimits = field(default_factory=TokenLimits)
     log_format: str = "text"  # the ingress's log lines (ffwd.serve.access)
+    cors_origins: tuple[str, ...] = ()  # browser origins besides its own and localhost's
 
     def __post_init__(self) -> None:
         check_limits(self.max_queue, self.prompt_cache_bytes, self.port, self.max_body_bytes)
@@ -72,6 +74,8 @@ class DeploySpec:
         args["fill"] = asdict(self.fill)
         args["engine"] = asdict(self.replica_engine)
         args["limits"] = asdict(self.limits)
+        if self.cors_origins:
+            args["cors_origins"] = ",".join(self.cors_origins)  # as FFWD_CORS_ORIGINS
         if args["api_key"] is None:
             del args["api_key"]  # set it in the file, not on a command line, if needed
         return args
@@ -79,7 +83,7 @@ class DeploySpec:
     @classmethod
     def from_args(cls, args: Mapping[str, Any]) -> DeploySpec:
         """A spec from a Serve config's `args`; unknown keys are an error naming them."""
-        known = {*_SERVICE_KEYS, "fill", "engine", "scale", "limits"}
+        known = {*_SERVICE_KEYS, "fill", "engine", "scale", "limits", "cors_origins"}
         unknown = sorted(set(args) - known)
         if unknown:
             raise ValueError(f"unknown ffwd args {unknown}: expected {', '.join(sorted(known))}")
@@ -89,7 +93,9 @@ class DeploySpec:
         scale = resolve_scale_config(_plain(args.get("scale")))
         limits = resolve_token_limits(env={}, overrides=_plain(args.get("limits")))
         service = {k: args[k] for k in _SERVICE_KEYS if k in args}
-        return cls(fill=fill, engine=engine, scale=scale, limits=limits, **service)
+        origins = resolve_cors_origins(str(args.get("cors_origins") or ""), env={})
+        return cls(fill=fill, engine=engine, scale=scale, limits=limits, cors_origins=origins,
+                   **service)
 
     # --- Serve options ---------------------------------------------------------
     def model_options(self) -> dict[str, Any]:

@@ -11,11 +11,13 @@ the request on an `execute.Executor` and hands the events to that writer. Errors
 ``/v1/messages`` have Anthropic's shape, everywhere else OpenAI's. By default
 the executor is a `LocalExecutor` over a `Service` on this process's worker
 thread; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
-app factory for both.
+app factory for both. Browser pages from other origins may call it as
+`cors.CorsPolicy` allows (``--cors-origins``; by default localhost pages only).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
@@ -25,10 +27,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ffwd.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE
 from ffwd.serve.body import read_json
+from ffwd.serve.cors import CorsPolicy
 from ffwd.serve.delivery import respond
 from ffwd.serve.dialects.chat import open_chat
 from ffwd.serve.dialects.common import new_id, not_found
 from ffwd.serve.dialects.completions import open_completion
+from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.dialects.messages import messages_request, open_message
 from ffwd.serve.dialects.messages_models import CountTokensRequest, MessagesRequest
 from ffwd.serve.dialects.responses import open_response
@@ -47,7 +51,7 @@ from ffwd.serve.openapi import (
     install_openapi,
 )
 from ffwd.serve.playground import install_playground
-from ffwd.serve.protocol import ChatCompletionRequest, CompletionRequest
+from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import Context
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -63,10 +67,13 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     metrics: Metrics | None = None,
     response_store: ResponseStore | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The API over `service` on a local worker thread (`max_queue` waiting), or `executor`.
 
-    `response_store` keeps finished Responses API responses (a default-sized one if None).
+    `response_store` keeps finished Responses API responses (a default-sized one if None);
+    `cors_origins` are the browser origins allowed besides the server's own and localhost
+    ones (``*``: any; `ffwd.config.resolve_cors_origins`).
     """
     metrics = metrics or Metrics()
     if executor is None:
@@ -93,7 +100,8 @@ def create_app(
                     [executor.model_id, "default"],
                     max_tokens=executor.model_info().get("max_tokens_limit"),
                     vocab_size=executor.model_info().get("vocab_size"))
-    app.add_middleware(Guard, metrics=metrics, api_key=api_key)
+    app.add_middleware(Guard, metrics=metrics, api_key=api_key,
+                       cors=CorsPolicy(cors_origins))
     return app
 
 

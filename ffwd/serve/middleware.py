@@ -1,12 +1,16 @@
-"""The outermost layer of the app: request id and log line, API-key check, request
-counting, last-resort 500.
+"""The outermost layer of the app: request id and log line, browser origins (CORS),
+API-key check, request counting, last-resort 500.
 
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
 client's disconnect from the handlers). It opens every request's `Access`
 (`access.py`: its id, sent back on every response, and its log line, written
 once the response has gone), counts every response by its status as sent,
 unknown paths under one label, and turns an exception that escaped every
-handler into a counted 500. The key comes as ``Authorization:
+handler into a counted 500. Before the key is checked, a browser's
+cross-origin request meets the `cors.CorsPolicy`: from an origin it does not
+allow, a 403 without CORS headers; from one it allows, a preflight is
+answered 204 here, and every reply (errors included, so that the page can read
+them) carries the CORS headers. The key comes as ``Authorization:
 Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
 have the shape of the API the path belongs to (`errors.error_body`).
 
@@ -26,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
 from ffwd.serve.access import Access
+from ffwd.serve.cors import CorsPolicy, header, same_origin
 from ffwd.serve.errors import APIError, error_body, is_anthropic_path, server_error
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.playground import PAGE_PATHS
@@ -44,10 +49,12 @@ log = logging.getLogger("ffwd.serve")
 class Guard:
     """Wraps the FastAPI app (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None) -> None:
+    def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None,
+                 cors: CorsPolicy | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.key = api_key.encode() if api_key else None
+        self.cors = cors or CorsPolicy()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -56,6 +63,9 @@ class Guard:
         access = Access.open(scope)
         scope.setdefault("state", {})["access"] = access  # request.state.access
         extra = access.headers()
+        origin = cross_origin(scope)
+        if origin is not None and self.cors.allows(origin):
+            extra += self.cors.response_headers(origin)
 
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -64,13 +74,28 @@ class Guard:
             await send(message)
 
         try:
-            await self._guarded(scope, receive, sending, access)
+            await self._guarded(scope, receive, sending, access, origin)
         finally:
             self.metrics.count_request(access.path, access.status or 500)
             access.write()
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send, access: Access) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send, access: Access,
+                       origin: str | None) -> None:
         path = access.path
+        if origin is not None and not self.cors.allows(origin):
+            err = APIError(403, self.cors.refusal(origin), type="permission_error"
+                           if is_anthropic_path(path) else "invalid_request_error",
+                           code="origin_not_allowed")
+            await send_error(send, err, path)
+            return
+        headers = scope.get("headers") or ()
+        asked = header(headers, b"access-control-request-method")
+        if origin is not None and scope["method"] == "OPTIONS" and asked is not None:
+            requested = header(headers, b"access-control-request-headers")
+            await send({"type": "http.response.start", "status": 204,
+                        "headers": self.cors.preflight_headers(requested)})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if self.key is not None and path not in OPEN_PATHS and not self._authorized(scope):
             how = "'x-api-key: KEY'" if is_anthropic_path(path) else "'Authorization: Bearer KEY'"
             err = APIError(401, f"invalid or missing API key: send {how}",
@@ -93,6 +118,22 @@ class Guard:
         assert self.key is not None
         token = presented_key(scope.get("headers") or ())
         return token is not None and hmac.compare_digest(token, self.key)
+
+
+def cross_origin(scope: Scope) -> str | None:
+    """The ``Origin`` of a browser's request from another origin (None: no Origin, or a
+    page this server served)."""
+    headers = scope.get("headers") or ()
+    raw = header(headers, b"origin")
+    if raw is None:
+        return None
+    origin = raw.decode("latin-1").strip()
+    host = header(headers, b"host")
+    site = header(headers, b"sec-fetch-site")
+    if same_origin(origin, host.decode("latin-1") if host else None,
+                   site.decode("latin-1") if site else None):
+        return None
+    return origin
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:

@@ -9,7 +9,9 @@ Responses: each 200 as JSON (`openapi_openai`, `openapi_agents`) and, for
 the generation routes, as server-sent events, one schema per event whose
 ``data`` is JSON of the declared shape (``contentSchema``, which API fuzzers
 check) or Chat Completions' closing ``[DONE]``. Every error the server sends
-has OpenAI's shape, and Anthropic's on ``/v1/messages*``.
+has OpenAI's shape, and Anthropic's on ``/v1/messages*``. Every response may
+carry the CORS headers (to a browser page from an allowed origin), and a page
+from any other origin gets 403 (`cors`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from ffwd.serve.openapi_openai import (
 
 _COMMON: dict[int | str, dict[str, Any]] = {
     401: {"description": "Missing or wrong API key (only when the server has one)"},
+    403: {"description": "A browser page from an origin this server does not allow (CORS: "
+                         "its own and localhost origins, and those --cors-origins lists)"},
     404: {"description": "Unknown path, or a model (or stored response) this server does "
                          "not have"},
     405: {"description": "Method not allowed on this path (see the Allow header)"},
@@ -81,6 +85,20 @@ TOKEN_LIMITED = ("max_tokens", "max_completion_tokens", "max_output_tokens")
 DONE = "[DONE]"  # Chat Completions' and Completions' last event
 REQUEST_ID = {"description": "The request's id (also in the server's log line)",
               "schema": {"type": "string"}}
+# Sent to a browser page from an allowed origin (`cors`); a preflight (OPTIONS) from one
+# is answered 204 with Access-Control-Allow-Methods, -Allow-Headers and -Max-Age.
+CORS_HEADERS = {
+    "access-control-allow-origin": {
+        "description": "The page's origin, when a browser page from an allowed origin asked "
+                       "(CORS)", "schema": {"type": "string"}},
+    "access-control-expose-headers": {
+        "description": "The headers such a page may read", "schema": {"type": "string"}},
+    "vary": {"description": "Origin, with the CORS headers", "schema": {"type": "string"}},
+}
+CORS_NOTE = ("Browser pages may call this API from the server's own origin, localhost origins "
+             "and the origins the operator lists (--cors-origins, or * for any); a preflight "
+             "OPTIONS from one of them is answered 204 with the CORS headers, and a request "
+             "from any other origin gets 403 without them.")
 
 
 def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: list[str],
@@ -93,7 +111,8 @@ def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: li
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                              description=CORS_NOTE)
             refs = _components(doc, bodies)
             for path, model in bodies.items():
                 _request_body(doc, path, refs[model], models, max_tokens, vocab_size)
@@ -206,5 +225,6 @@ def _errors_and_headers(path: str, op: dict[str, Any], refs: dict[Any, Any]) -> 
             response["content"] = {"application/json": {"schema": error}}
         headers = response.setdefault("headers", {})
         headers["x-request-id"] = REQUEST_ID
+        headers.update(CORS_HEADERS)
         if anthropic:
             headers["request-id"] = REQUEST_ID

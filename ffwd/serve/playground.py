@@ -40,7 +40,9 @@ def static_file(name: str) -> bytes:
 def _response(name: str, media_type: str) -> Response:
     return Response(static_file(name), media_type=media_type, headers={
         "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
-        "Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"})
+        # same-origin, not no-referrer: under no-referrer a browser sends the page's own
+        # POSTs with "Origin: null", which the CORS check (`cors`) cannot tell apart.
+        "Content-Security-Policy": CSP, "Referrer-Policy": "same-origin"})
 
 
 def install_playground(app: FastAPI) -> None:
