@@ -31,7 +31,8 @@ START = "<!-- ffwd bench: start (python -m ffwd.bench.readme writes this) -->"
 END = "<!-- ffwd bench: end -->"
 LABELS = {"tools/required": "tools, `tool_choice=required`", "tools/auto": "tools, `auto`",
           "echo": "echo (code edits, re-quotes)", "prose": "prose",
-          "agent": "agent (multi-turn tool conversations)"}
+          "agent": "agent (multi-turn tool conversations)",
+          "repeat": "repeat (the same request, file or call again)"}
 
 
 def _label(workload: str) -> str:

@@ -40,6 +40,7 @@ from ffwd.bench.systems.names import (
     prefill_systems,
 )
 from ffwd.bench.systems.servers import ChildServer
+from ffwd.bench.targets import repeat_targets
 from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
 
 
@@ -64,7 +65,7 @@ def record(item: Item, system: str, repeat: int, o: Outcome, prompt_ids: int) ->
         "first_token_seconds": round(o.first_token_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
-        "origins": o.origins,
+        "origins": o.origins, "first_span": o.first_span,
         # items whose next step is a call (every tools item, the agent's call turns)
         "parsed": parses(o, item) if item.single_call else None,
     }
@@ -166,7 +167,8 @@ def assemble(
         "contention": contention,
         "bound": bound,
         "correctness": correctness(items, outputs, firsts, service, prompts),
-        "targets": report.check_targets(summary, sp, bound, setup.engine, prefill, contention),
+        "targets": report.check_targets(summary, sp, bound, setup.engine, prefill, contention)
+        + repeat_targets(runs),
         "default_fill": report.default_fill(sp),
     }
 

@@ -8,12 +8,13 @@ llama.cpp's own draft-free speculation (the best ``llama-server:MODE`` on each
 workload), echo with the cross-request index (recall) against echo without it
 on the agent workload, and ffwd's time to first token on cold prompts against
 llama-server's (the prefill rows, `ffwd.bench.latency`). The contention row
-(`ffwd.bench.contention`) has issue 26's targets.
+(`ffwd.bench.contention`) has issue 26's targets; `repeat_targets` reads the
+run rows of the repeat workload (issue 31).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ffwd.bench.contention import ALONE, BESIDE_BUSY, BESIDE_FFWD
@@ -155,6 +156,39 @@ def echo_targets(
     out.append(_target("agent: ffwd-echo vs ffwd-echo-norecall (recall's gain)", v, "> 1.0x",
                        None if v is None else v > 1.0))
     return out
+
+
+REPEAT_SHARE = 0.8  # issue 31: of a repeat's second request, ids echo and recall inject
+# issue 31: "the first span is long": a fresh match earns 2-4 ids on two CPU cores, a copy
+# of a request seen before is forwarded in one span as long as the cost says pays.
+LONG_SPAN = 16
+
+
+def repeat_targets(runs: Sequence[Mapping[str, Any]], system: str = ECHO) -> list[dict[str, Any]]:
+    """Issue 31 on the repeat workload's second requests (kinds ``*.2``) by `system`:
+    the share of their output ids that echo and recall injected (pooled), and the
+    median length of their first injected span.
+
+    >>> rows = [{"workload": "repeat", "kind": "again.2", "system": "ffwd-echo",
+    ...          "tokens": 100, "origins": {"recall": 85, "echo": 5}, "first_span": 40}]
+    >>> [(t["value"], t["met"]) for t in repeat_targets(rows)]
+    [(0.9, True), (40, True)]
+    """
+    second = [r for r in runs if r["workload"] == "repeat" and r["system"] == system
+              and str(r.get("kind", "")).endswith(".2")]
+    if not second:
+        return []
+    tokens = sum(r["tokens"] for r in second)
+    copied = sum(r["origins"].get(o, 0) for r in second for o in ("echo", "recall"))
+    share = copied / tokens if tokens else None
+    spans = sorted(r["first_span"] or 0 for r in second)
+    first = spans[len(spans) // 2]
+    return [
+        _target(f"repeat, second requests: ids {system} injected by echo and recall", share,
+                f">= {REPEAT_SHARE:.0%}", None if share is None else share >= REPEAT_SHARE),
+        _target(f"repeat, second requests: {system}'s first span (median ids)", first,
+                f">= {LONG_SPAN}", first >= LONG_SPAN),
+    ]
 
 
 def _fill_targets(

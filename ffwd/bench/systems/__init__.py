@@ -79,6 +79,7 @@ class Outcome:
     token_ids: list[int] | None = None  # peers only (ffwd's server reports text)
     origins: dict[str, int] = field(default_factory=dict)  # ffwd: injected ids per source
     cached: int | None = None  # prompt ids the server took from its cache (None: unknown)
+    first_span: int | None = None  # ffwd: the first injected span's ids (None: none, or a peer)
 
 
 class System(Protocol):

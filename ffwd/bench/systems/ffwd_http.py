@@ -90,4 +90,5 @@ class FfwdHTTP:
             stats["verify_accepted"], stats["verify_rejected"],
             origins={k: stats[k] for k in ORIGINS if stats.get(k)},
             cached=(final["usage"].get("prompt_tokens_details") or {}).get("cached_tokens"),
+            first_span=(stats.get("span_lens") or [None])[0],
         )

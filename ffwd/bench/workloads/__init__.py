@@ -17,6 +17,10 @@ arguments and Python installation:
 * ``agent``: `limit` multi-turn coding-agent conversations (four requests
   each: read a file, edit a function, write it back, close the ticket), over
   tasks that recur across conversations (`ffwd.bench.workloads.agent`).
+* ``repeat``: `limit` groups of repeated work, each pair's second request after
+  its first: the same request again, a file re-read and re-written with another
+  small change, a tool call again with one argument changed
+  (`ffwd.bench.workloads.repeat`).
 * ``prefill``: cold prompts of about 1k to 8k ids of standard-library source,
   and a conversation that grows toward the context window, timed to the first
   id (`ffwd.bench.workloads.prefill`; `limit` does not apply).
@@ -36,8 +40,9 @@ from typing import Any
 from ffwd.bench.workloads.agent import agent_items
 from ffwd.bench.workloads.items import Function, Item, functions
 from ffwd.bench.workloads.prefill import prefill_items
+from ffwd.bench.workloads.repeat import repeat_items
 
-WORKLOADS = ("tools", "echo", "prose", "agent", "prefill", "contention")
+WORKLOADS = ("tools", "echo", "prose", "agent", "repeat", "prefill", "contention")
 TOOL_CHOICES = ("required", "auto")
 DEFAULT_BFCL = ("simple_python", "multiple")
 
@@ -219,6 +224,9 @@ def select(
     if "agent" in workloads:
         out += agent_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap,
                            modules=ECHO_MODULES)
+    if "repeat" in workloads:
+        out += repeat_items(limit, seed, max_chars=sizes.echo_chars, cap=sizes.echo_cap,
+                            modules=ECHO_MODULES)
     if "prefill" in workloads:
         if count is None:
             raise ValueError("the prefill workload needs the tokenizer's count")
