@@ -81,7 +81,7 @@ class Backoff:
     >>> b = Backoff(streak=2, pause=3)
     >>> b.verified(4, 0, now=10), b.verified(5, 1, now=11)  # the second in a row trips
     (False, True)
-    >>> [b.paused(now) for now in (11, 13, 14)]  # out for 3 sampled ids
+    >>> [b.paused(now) for now in (12, 14, 15)]  # out for the next 3 sampled ids
     [True, True, False]
     >>> b.verified(4, 0, now=20), b.verified(4, 0, now=21), b.paused(26)  # 6 now
     (False, True, True)
@@ -92,10 +92,11 @@ class Backoff:
         self.streak, self.low, self.first, self.longest = streak, low, pause, longest
         self._misses = 0
         self._pause = pause
-        self._until = 0
+        self._until = -1  # the last sampled id it sits out
 
     def paused(self, now: int) -> bool:
-        return now < self._until
+        """Whether the source sits out the sampled id number `now`."""
+        return now <= self._until
 
     def verified(self, tested: int, kept: int, now: int) -> bool:
         """A verify of this source tested `tested` ids and kept `kept`; True when that

@@ -156,3 +156,15 @@ def test_a_proposal_reports_how_long_its_copy_has_run() -> None:
     # A copy of a passage that repeats a longer context runs as far as that context.
     p = echo([8, 1, 2, 3, 4, 5, 8, 1, 2, 3], max_candidates=1).propose(View())
     assert p is not None and p.run == 4
+
+
+def test_a_passage_quoted_far_back_is_not_stopped_by_a_short_match_that_forks() -> None:
+    passage = list(range(100, 130))  # 30 ids quoted before, then "1 2" went on "3 4 5"
+    history = [*passage, 1, 2, 3, 4, 5, 0, 7, 1, 2, 9, 9, 0, *passage, 1, 2]
+    p = echo(history).propose(View())
+    # The nearer "1 2" (followed by 9) matches 2 ids back; the quoted one 32.
+    assert p is not None and p.ids[:4] == (3, 4, 5, 0) and not p.branch_stop
+    assert p.run == len(passage) + 2
+    # Without the long match both occurrences count, and they fork at once.
+    short = echo([1, 2, 3, 4, 5, 0, 7, 1, 2, 9, 9, 0, 8, 1, 2]).propose(View())
+    assert short is None or short.branch_stop

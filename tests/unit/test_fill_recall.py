@@ -9,6 +9,7 @@ import tracemalloc
 from collections.abc import Sequence
 
 from ffwd.fill import recall
+from ffwd.fill.echo import RUN_CAP
 from ffwd.fill.recall import BYTES_PER_ID, RecallConfig, RecallIndex
 
 
@@ -82,3 +83,39 @@ def test_an_indexed_id_costs_no_more_than_the_budget_counts() -> None:
     finally:
         tracemalloc.stop()
     assert used / 20000 <= BYTES_PER_ID
+
+
+def test_a_repeated_request_copies_from_its_first_output_id_with_the_prompt_as_run() -> None:
+    prompt, output = list(range(100, 180)), [7, 8, 9, 10, 11, 12]
+    idx = index(max_span=64, k=3)
+    idx.add("", prompt + output)  # the earlier request: prompt, then output
+    p = idx.source("").propose(View(prompt + [7]))  # the same prompt, its first id sampled
+    assert p is not None and p.ids == (8, 9, 10, 11, 12) and p.run == RUN_CAP
+
+
+def test_a_request_that_starts_with_an_earlier_one_replaces_it() -> None:
+    idx = index()
+    idx.add("", [1, 2, 3, 4])
+    idx.add("", [1, 2, 3, 4])  # the same request again
+    assert len(idx) == 1 and idx.nbytes == 4 * BYTES_PER_ID
+    idx.add("", [1, 2, 3, 4, 5, 6])  # the next turn of the conversation
+    assert len(idx) == 1 and idx.nbytes == 6 * BYTES_PER_ID
+    idx.add("other", [1, 2, 3, 4, 5, 6, 7])  # another tenant's is its own
+    idx.add("", [1, 2, 9])  # forks: both kept
+    assert len(idx) == 3
+    p = idx.source("").propose(View([3, 4]))
+    assert p is not None and p.ids == (5, 6)  # the replaced document left no stale entry
+
+
+def test_a_long_match_is_not_vetoed_by_a_short_one_that_forks() -> None:
+    # Two earlier requests share the template's "5 6" before their outputs (20 vs 30).
+    long_ctx = list(range(100, 140))
+    idx = index(k=2)
+    idx.add("", long_ctx + [5, 6, 20, 21, 22])
+    idx.add("", [77, 5, 6, 30, 31, 32])  # nearer, but matches only "5 6"
+    p = idx.source("").propose(View(long_ctx + [5, 6]))
+    assert p is not None and p.ids == (20, 21, 22) and not p.branch_stop
+    assert p.run == len(long_ctx) + 2
+    # With no strong match the rule is as before: where they fork, the copy stops.
+    q = idx.source("").propose(View([1, 5, 6]))
+    assert q is None or q.branch_stop

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from ffwd.fill.spans import Acceptance, AcceptanceBook, Undo, choose_span, chunk_sizes, prior_for
+from ffwd.fill.spans import (
+    Acceptance,
+    AcceptanceBook,
+    SharedAcceptance,
+    Undo,
+    choose_span,
+    chunk_sizes,
+    prior_for,
+)
 
 
 def linear(m: int) -> float:
@@ -151,3 +161,52 @@ def test_book_follows_one_declined_proposal_and_a_verify_settles_it() -> None:
     a.observe(8, True)
     a.record(2, 2, run=9)
     assert rates == a.rates(run=8, n=3) and rates[0] > prior[0]
+
+
+def ramp(cost: Callable[[int], float], book: AcceptanceBook, origin: str,
+         runs: list[int]) -> list[int]:
+    """The span lengths `choose_span` gives a copy of 64 ids at each run."""
+    return [choose_span(cost, book.rates(origin, r, 64), 64).length for r in runs]
+
+
+def llama_cpu(m: int) -> float:
+    return 12.8 + 3.5 * m  # llama.cpp on two cores at ~500 cached ids (measured here)
+
+
+def test_span_length_follows_the_evidence_not_a_ramp() -> None:
+    # A server that saw copies of long matches kept (a repeat's first request) prices a
+    # copy matching 64+ ids back at its first id: one long span, no 1, 1, 2, 3... ramp.
+    server = SharedAcceptance()
+    first = AcceptanceBook(server)
+    for _ in range(10):
+        first.verified("recall", tested=20, accepted=20, run=64)
+    second = AcceptanceBook(server)
+    far, fresh = ramp(llama_cpu, second, "recall", [64, 3])
+    assert far >= 48 and fresh <= 4
+    # A request of its own (no server) starts from the prior, and learns within itself.
+    alone = AcceptanceBook()
+    assert ramp(llama_cpu, alone, "recall", [64])[0] < far
+
+
+def test_the_server_estimate_is_every_request_s_base_and_learns_from_each() -> None:
+    server = SharedAcceptance()
+    a, b = AcceptanceBook(server), AcceptanceBook(server)
+    prior = b.rates("echo", run=5, n=1)[0]
+    for _ in range(20):
+        a.verified("echo", tested=3, accepted=0, run=5)  # one request's copies fail there
+    assert b.rates("echo", run=5, n=1)[0] < prior  # the next request starts lower
+    assert server.tables()["echo"][3] < prior_for("echo")[3]
+    # A request's own estimate moves faster than the server's (it forgets sooner).
+    assert a.rates("echo", run=5, n=1)[0] < b.rates("echo", run=5, n=1)[0]
+    # Other buckets and origins are untouched.
+    assert b.rates("echo", run=64, n=1)[0] == pytest.approx(prior_for("echo")[7])
+    assert "recall" not in server.tables()
+
+
+def test_the_server_remembers_long_enough_to_tell_099_from_0999() -> None:
+    server = SharedAcceptance()
+    book = AcceptanceBook(server)
+    for i in range(400):
+        book.verified("recall", tested=10, accepted=10 if i % 10 else 9, run=64)
+    rate = server.get("recall").rates(run=64, n=1)[0]
+    assert 0.985 < rate < 0.995  # one miss in 100 ids
