@@ -300,3 +300,36 @@ def test_markup_that_fails_to_parse_after_a_row_disarms_the_rows() -> None:
     assert res.text.startswith(tok.decode(list(opening)))
     assert res.stats.parse_fallback == 1
     assert len(opening) <= res.stats.strict <= len(opening) + 2  # no row after the failure
+
+
+@pytest.mark.parametrize("family", ["llama", "lfm2", "llamacpp:llama"])
+def test_a_determined_head_and_a_recalled_copy_share_one_forward(family: str) -> None:
+    # The same request again: a row determines the two ids after the first sampled one,
+    # and recall (which holds the earlier request, prompt and output) knows the rest.
+    # One span carries both: the head asserted, the copy verified; greedy output unchanged.
+    from ffwd.fill.recall import RecallConfig, RecallIndex
+
+    backend = make_backend(family if ":" in family else f"transformers:{family}")
+    prompt = list(range(3, 40, 2))
+    off = generate(backend, TOK, prompt, max_tokens=40)
+    ids = [*prompt, *off.token_ids]
+    trigger = (prompt[-1], off.token_ids[0])
+    assert all(tuple(ids[i : i + 2]) != trigger for i in range(len(ids) - 1) if i != 18)
+    head = FillRow(trigger, tuple(off.token_ids[1:3]), "scaffold")
+    index = RecallIndex(RecallConfig(k=2, max_span=64, max_candidates=8, max_bytes=1 << 20))
+    index.add("alice", ids)
+    again = generate(backend, TOK, prompt, max_tokens=40, plan=FillPlan(rows=(head,)),
+                     fill=ECHO, copies=[index.source("alice")], policy=fixed_policy(False))
+    assert again.token_ids == off.token_ids
+    st = again.stats
+    assert (st.merged, st.strict, st.span_lens[0]) == (1, 2, 39)  # 2 asserted + 37 recalled
+    assert again.origins[:4] == ["sampled", "template", "template", "recall"]
+    assert st.recall == 37 and again.forward_calls < off.forward_calls
+    # A cache that can neither rewind nor checkpoint cannot verify: the head goes alone.
+    stuck = type("Stuck", (type(backend),), {"can_rewind": False, "can_checkpoint": False})
+    backend.__class__ = stuck
+    alone = generate(backend, TOK, prompt, max_tokens=40, plan=FillPlan(rows=(head,)),
+                     fill=ECHO, copies=[index.source("alice")], policy=fixed_policy(False))
+    assert alone.token_ids == off.token_ids
+    assert (alone.stats.strict, alone.stats.recall, alone.stats.merged) == (2, 0, 0)
+    assert alone.stats.verify_unsupported > 0
