@@ -171,9 +171,9 @@ def _cap(schema: dict[str, Any], limit: int) -> None:
 
 
 def _cap_ids(schema: dict[str, Any], top: int) -> None:
-    """Put `top` on every integer (a token id) in `schema`'s branches and items."""
+    """Bound every integer (a token id) in `schema`'s branches and items to 0..`top`."""
     if schema.get("type") == "integer":
-        schema["maximum"] = top
+        schema.update(minimum=0, maximum=top)
     for branch in schema.get("anyOf", []):
         _cap_ids(branch, top)
     if isinstance(schema.get("items"), dict):

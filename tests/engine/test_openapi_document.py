@@ -104,3 +104,39 @@ def test_generated_bodies_name_their_required_fields(doc: dict[str, Any]) -> Non
         "text/event-stream"]["schema"]["properties"]["data"]
     assert chunk["if"] == {"const": "[DONE]"}
     assert chunk["else"]["contentSchema"]["anyOf"][0]["$ref"].endswith("/ChatCompletionChunk")
+
+
+def test_the_document_says_what_the_server_takes_of_issue_32(doc: dict[str, Any],
+                                                            client: TestClient) -> None:
+    """A tokenized prompt (ids within the vocabulary), a json_schema format without its
+    schema, and a browser page's origins: the document and the server agree."""
+    top = 49151  # the embedded tokenizer's last id (the tiny model has its vocabulary)
+    cases = [
+        ("CompletionRequest", "/v1/completions", {"prompt": [1, 2, 3]}, True),
+        ("CompletionRequest", "/v1/completions", {"prompt": [[1, 2, 3]]}, True),
+        ("CompletionRequest", "/v1/completions", {"prompt": [top]}, True),
+        ("CompletionRequest", "/v1/completions", {"prompt": [top + 1]}, False),
+        ("CompletionRequest", "/v1/completions", {"prompt": [-1]}, False),
+        ("CompletionRequest", "/v1/completions", {"prompt": ["a", "b"]}, False),
+        ("CompletionRequest", "/v1/completions", {"prompt": [[1], [2]]}, False),
+        ("ChatCompletionRequest", "/v1/chat/completions", {"messages": HI, "response_format": {
+            "type": "json_schema", "json_schema": {"name": "any"}}}, True),
+        ("ResponsesRequest", "/v1/responses", {"input": "hi", "text": {"format": {
+            "type": "json_schema", "name": "any"}}}, True),
+    ]
+    for component, path, body, ok in cases:
+        assert valid(doc, component, {"model": "default", **body}) == ok, (component, body)
+        status = client.post(path, json={"model": "default", "max_tokens": 2, **body}
+                             if path != "/v1/responses" else body).status_code
+        assert (status == 200) == ok, (path, body, status)
+    # Browser origins: every response may carry the CORS headers, and 403 is the answer
+    # to a page from another origin.
+    for ops in doc["paths"].values():
+        for op in ops.values():
+            assert "403" in op["responses"]
+            for response in op["responses"].values():
+                assert "access-control-allow-origin" in response["headers"]
+    assert "--cors-origins" in doc["info"]["description"]
+    r = client.post("/v1/chat/completions", json={"model": "default", "messages": HI},
+                    headers={"Origin": "https://elsewhere.example"})
+    assert r.status_code == 403 and valid(doc, "ErrorResponse", r.json())

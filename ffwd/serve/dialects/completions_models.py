@@ -22,7 +22,9 @@ from ffwd.serve.protocol import (
     json_integer,
 )
 
-TokenId = Annotated[int, Field(ge=0), BeforeValidator(json_integer)]
+# Each id's range is the model's to check (`ModelService`: the first id outside the
+# vocabulary is named, below 0 or above it); the served document states it.
+TokenId = Annotated[int, BeforeValidator(json_integer)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
@@ -112,12 +114,7 @@ class CompletionRequest(SamplingFields):
 
 
 def _token_ids(ids: list[Any]) -> list[Any]:
-    """`ids` unless one is an integer below 0 (those above the vocabulary are the
-    service's to find: only it knows the vocabulary)."""
+    """`ids`, unless there are none."""
     if not ids:
         raise ValueError("the prompt is empty: send a string or an array of token ids")
-    for i, tok in enumerate(ids):
-        if isinstance(tok, int) and not isinstance(tok, bool) and tok < 0:
-            raise ValueError(f"token id {tok} (prompt position {i}) is outside the "
-                             "vocabulary: token ids are integers from 0")
     return ids
