@@ -34,7 +34,9 @@ def test_greedy_promise_on_llama_cpp_follows_the_kv_cache() -> None:
     for kv in ("q8_0", "bf16"):
         assert greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", threads=2)[0] is True
     ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16", threads=1)
-    assert ok is False and "--deterministic" in text and "per 1000" in text
+    assert ok is False and "--deterministic" in text and "4 argmax flips" in text
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16-noflash", threads=2)
+    assert ok is False and "plain attention" in text and "32 argmax flips" in text
 
 
 def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
