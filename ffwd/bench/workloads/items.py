@@ -23,7 +23,7 @@ class Item:
     messages: list[dict[str, Any]]
     max_tokens: int
     tools: list[dict[str, Any]] = field(default_factory=list)
-    tool_choice: str | None = None
+    tool_choice: str | dict[str, Any] | None = None  # a dict names the function to call
     single_call: bool = False  # stop once the output parses as a complete call
     kind: str = ""  # what the item exercises (echo: edit/requote; tools: category)
     # Continues the previous item's conversation: the system keeps what it cached for

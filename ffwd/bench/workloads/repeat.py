@@ -15,8 +15,10 @@ What an index over earlier requests (ffwd's recall, llama.cpp's ngram-mod
 pool) knows from a pair's first request is most of its second. A system that
 keeps such state keeps it within a repeat of the bench (a session,
 `ffwd.bench.systems.System.begin`), so every pair starts cold in each repeat.
-The call steps stop at the first complete call (`Item.single_call`); tools are
-offered with ``tool_choice=auto``, as in the agent workload.
+The call steps name the call the agent makes (``tool_choice`` names the
+function: the step is that call, as in an agent's trace; ``ffwd-off`` and the
+peers get the same prompt decoded plainly, as on ``tools/required``) and stop
+at the first complete call (`Item.single_call`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ SEARCH_TOOL = {"type": "function", "function": {
         "case_sensitive": {"type": "boolean"}},
         "required": ["pattern", "path", "max_results", "case_sensitive"]}}}
 TOOLS = [*AGENT_TOOLS, SEARCH_TOOL]
+
+
+def _named(name: str) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name}}
 
 
 def _budget(text: str, cap: int, extra: int = 48) -> int:
@@ -86,8 +92,8 @@ def rewrite(fn: Function, rng: random.Random, cap: int) -> tuple[Item, Item]:
             _call(f"call_r{n}", "read_file", {"path": path}),
             _result(f"call_r{n}", source),
         ]
-        items.append(Item("", f"{fn.module}.{fn.name}", history, budget, TOOLS, "auto",
-                          single_call=True))
+        items.append(Item("", f"{fn.module}.{fn.name}", history, budget, TOOLS,
+                          _named("write_file"), single_call=True))
     return items[0], items[1]
 
 
@@ -102,13 +108,14 @@ def call(fn: Function, rng: random.Random) -> tuple[Item, Item]:
            f"case-sensitive, at most {args['max_results']} results).")
     history: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM},
                                      {"role": "user", "content": ask}]
-    first = Item("", f"{fn.module}.{fn.name}", list(history), 96, TOOLS, "auto",
+    first = Item("", f"{fn.module}.{fn.name}", list(history), 96, TOOLS, _named("search_code"),
                  single_call=True)
     found = "\n".join(f"{path}:{rng.randint(10, 400)}: {line.strip()}"
                       for line in fn.source.splitlines()[:3] if line.strip())
     history += [_call("call_s1", "search_code", args), _result("call_s1", found),
                 {"role": "user", "content": f"Now the same search in `{other}`."}]
-    return first, Item("", first.id, history, 96, TOOLS, "auto", single_call=True)
+    return first, Item("", first.id, history, 96, TOOLS, _named("search_code"),
+                       single_call=True)
 
 
 def repeat_items(limit: int, seed: int, *, max_chars: int, cap: int,
