@@ -30,13 +30,17 @@ Contract
   loader timed to choose llama.cpp's attention path (None elsewhere).
 * `engine`, `device`, `dtype_name`, `threads` and `context_window` say what the
   model runs as (`ffwd info`, the start-up banner, the server's limits).
+* `sequences()` lists the backends of every sequence that shares this one's
+  model and forwards (``--parallel N`` on llama.cpp: `ffwd.engine.batch`), this
+  one among them; ``[self]`` for a backend of one sequence. A sequence whose
+  run has ended calls `leave()`, so the others' forwards stop waiting for it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 import torch
 
@@ -163,6 +167,14 @@ class Backend(Protocol):
         """Drop the whole cache."""
         ...
 
+    def sequences(self) -> Sequence[Backend]:
+        """The backends of every sequence sharing this model's forwards (this one too)."""
+        ...
+
+    def leave(self) -> None:
+        """This sequence has no forwards to make for now (its run ended)."""
+        ...
+
 
 class CacheBookkeeping:
     """The `Backend` facts every engine keeps alike, read from the fields it sets:
@@ -220,6 +232,13 @@ class CacheBookkeeping:
 
     def rewind(self, n: int) -> None:
         raise NotImplementedError
+
+    def sequences(self) -> Sequence[Backend]:
+        """One sequence: this backend alone."""
+        return [cast(Backend, self)]
+
+    def leave(self) -> None:
+        """Nothing waits for a backend of one sequence."""
 
     def mark(self) -> Mark:
         """Where the cache stands now, for `undo`: a checkpoint only where it cannot rewind."""

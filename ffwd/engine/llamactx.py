@@ -3,10 +3,17 @@
 `exact_kv(lib, model)` is the cache type that keeps every forward on ggml's
 per-row attention kernel (`--deterministic`): q8_0 where the model's key and
 value heads fit its 32-value blocks, else bf16. `new_context` opens a
-context of one sequence on an `AttentionPath` and returns it with the MiB
+context of `n_seq` sequences on an `AttentionPath` and returns it with the MiB
 llama.cpp reserved for its KV cache and compute buffers (read from its own
 log: the plain path's compute buffer grows with context x micro-batch x
 heads, which is what can rule it out).
+
+Each sequence has a KV stream of its own (``kv_unified = false``) of `n_ctx`
+cells: attention reads only its own stream, and where its cells sit depends
+on its own history alone, so on the exact paths a sequence's logits do not
+depend on what the others hold or forward beside it (tests/integration).
+llama.cpp then splits a forward into micro-batches that carry the same number
+of ids from each of a run of consecutive sequences (`ffwd.engine.batch`).
 """
 
 from __future__ import annotations
@@ -73,13 +80,15 @@ def _meta(lib: Any, model: Any, key: str) -> str:
 
 
 def new_context(lib: Any, model: Any, *, n_ctx: int, n_batch: int, threads: int,
-                path: AttentionPath) -> tuple[Any, list[str]]:
-    """A context of one sequence on `path`, and llama.cpp's log of making it (`reserved_mib`
-    reads it); raise `RuntimeError` when llama.cpp cannot (memory, an unsupported path)."""
+                path: AttentionPath, n_seq: int = 1) -> tuple[Any, list[str]]:
+    """A context of `n_seq` sequences of `n_ctx` ids each on `path`, and llama.cpp's log of
+    making it (`reserved_mib` reads it); raise `RuntimeError` when llama.cpp cannot
+    (memory, an unsupported path)."""
     params = lib.llama_context_default_params()
-    params.n_ctx = n_ctx
+    params.n_ctx = n_ctx * n_seq
     params.n_batch = params.n_ubatch = n_batch
-    params.n_seq_max = 1
+    params.n_seq_max = n_seq
+    params.kv_unified = False  # a stream per sequence: its own cells, its own order
     params.n_threads = params.n_threads_batch = threads
     # A full-size sliding-window cache keeps ids that slid out, for rewinds (llamacpp.py).
     params.swa_full = True
@@ -89,6 +98,6 @@ def new_context(lib: Any, model: Any, *, n_ctx: int, n_batch: int, threads: int,
     with capture() as lines:
         ctx = lib.llama_init_from_model(model, params)
     if not ctx:
-        raise RuntimeError(f"llama.cpp could not create a context of {n_ctx} ids on the "
-                           f"{path.name} attention path (FFWD_LLAMACPP_LOG=1 shows why)")
+        raise RuntimeError(f"llama.cpp could not create a context of {n_seq} x {n_ctx} ids on "
+                           f"the {path.name} attention path (FFWD_LLAMACPP_LOG=1 shows why)")
     return ctx, lines

@@ -1,7 +1,10 @@
 """Every backend on tiny models, by case name ``"<backend>:<family>"``.
 
 transformers cases run `tiny_models` (built from a config); llama.cpp cases
-run `tiny_gguf` files, written once per process into a temporary directory.
+run `tiny_gguf` files, written once per process into a temporary directory;
+``llamacpp-seq`` cases run the same files as the middle sequence of a
+three-sequence context (``--parallel 3``) whose neighbours hold other ids, so
+the contract holds for every sequence of a batched context, not only the first.
 (A plain module, like `tiny_models`.)
 """
 
@@ -27,10 +30,11 @@ def _offloads() -> bool:
 
 
 ATTENTION = ["transformers:llama", "transformers:qwen2_sliding", "transformers:lfm2",
-             "llamacpp:llama", "llamacpp:gemma3"]
+             "llamacpp:llama", "llamacpp:gemma3", "llamacpp-seq:llama", "llamacpp-seq:gemma3"]
 if _offloads():  # a GPU build of llama.cpp: the same contract with every layer offloaded
     ATTENTION += ["llamacpp-gpu:llama", "llamacpp-gpu:gemma3"]
-RECURRENT = ["transformers:qwen3_next", "transformers:falcon_h1", "llamacpp:mamba"]
+RECURRENT = ["transformers:qwen3_next", "transformers:falcon_h1", "llamacpp:mamba",
+             "llamacpp-seq:mamba"]
 CASES = ATTENTION + RECURRENT
 
 _dir: Path | None = None
@@ -58,4 +62,12 @@ def make_backend(case: str, eos: Sequence[int] = ()) -> Any:
         raise ValueError("the tiny GGUF files declare at most one EOS id")
     path = _gguf(family, eos[0] if eos else None)
     layers = -1 if kind == "llamacpp-gpu" else 0
-    return LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1, n_gpu_layers=layers)
+    parallel = 3 if kind == "llamacpp-seq" else 1
+    backend = LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1, n_gpu_layers=layers,
+                              parallel=parallel)
+    if parallel == 1:
+        return backend
+    first, middle, last = backend.sequences()
+    first.prefill([(7 * i) % 60 + 3 for i in range(90)])  # neighbours with other ids
+    last.prefill([(5 * i) % 60 + 3 for i in range(30)])
+    return middle
