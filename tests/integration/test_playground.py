@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -160,3 +162,50 @@ def test_with_an_api_key_the_page_asks_for_it(browser: Any, guarded_server: Serv
         assert page.locator("#output .tok").count() >= 1
     finally:
         tab.close()
+
+
+class _Page(BaseHTTPRequestHandler):
+    """Another web site's page: empty HTML, from which the test's script calls ffwd."""
+
+    def do_GET(self) -> None:
+        body = b"<!doctype html><title>elsewhere</title>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+CALL = """async (url) => {
+  try {
+    const r = await fetch(url + "/v1/chat/completions", {method: "POST",
+      headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({messages: [{role: "user", content: "Say hi."}], max_tokens: 2})});
+    return {status: r.status, id: r.headers.get("x-request-id"), body: await r.json()};
+  } catch (e) { return {error: String(e)}; }
+}"""
+
+
+def test_a_page_on_another_origin_is_answered_only_when_local(browser: Any,
+                                                              server: Server) -> None:
+    """Browser origins (issue 32 item 4) as chromium meets them: a page served from a
+    localhost origin may call the server (preflight, request, the request id readable); the
+    same page from 127.0.0.2 (loopback, but no localhost origin) may not."""
+    site = ThreadingHTTPServer(("0.0.0.0", 0), _Page)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.goto(f"http://localhost:{site.server_address[1]}/")
+        got = page.evaluate(CALL, server.url)
+        assert got.get("status") == 200, got
+        assert got["id"] and got["body"]["choices"][0]["message"]["role"] == "assistant"
+        page.goto(f"http://127.0.0.2:{site.server_address[1]}/")
+        got = page.evaluate(CALL, server.url)
+        assert "error" in got and "Failed to fetch" in got["error"], got
+    finally:
+        context.close()
+        site.shutdown()
