@@ -219,5 +219,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     width = max(map(len, info))
     for key, value in info.items():
+        if isinstance(value, list):  # a table: one line each, under its name
+            value = "\n".join(value)
         print(f"{key.replace('_', ' '):<{width}}  {'-' if value is None else value}")
     return 0
