@@ -7,7 +7,6 @@ browser is the client, as it asks), and schema errors in one sentence."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -32,23 +31,6 @@ ONE_CHOICE = "ffwd returns exactly one choice per request"
 def app() -> Any:
     return create_app(tiny_service(FillConfig(mode="echo"), capped=False, context=8192),
                       cors_origins=["https://app.example.com"])
-
-
-@pytest.fixture(scope="module")
-def http(app: Any) -> Iterator[TestClient]:
-    with TestClient(app) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def oai(http: TestClient) -> OpenAI:
-    return OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def claude(http: TestClient) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=http,
-                               max_retries=0)
 
 
 def prompt_ids(text: str = PROMPT) -> list[int]:

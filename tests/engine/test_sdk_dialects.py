@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,23 +41,6 @@ GREEDY = {"temperature": 0}  # the anthropic SDK no longer names sampling settin
 @pytest.fixture(scope="module")
 def app() -> Any:
     return create_app(tiny_service(FillConfig(mode="echo"), capped=False, context=8192))
-
-
-@pytest.fixture(scope="module")
-def http(app: Any) -> Iterator[TestClient]:
-    with TestClient(app) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def oai(http: TestClient) -> OpenAI:
-    return OpenAI(base_url="http://testserver/v1", api_key="x", http_client=http, max_retries=0)
-
-
-@pytest.fixture(scope="module")
-def claude(http: TestClient) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url="http://testserver", api_key="x", http_client=http,
-                               max_retries=0)
 
 
 def valid(name: str, arguments: dict[str, Any]) -> None:
