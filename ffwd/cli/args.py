@@ -14,6 +14,7 @@ from typing import Any
 from ffwd.config import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
+    DEFAULT_PARALLEL,
     DEFAULT_PROMPT_CACHE_BYTES,
     FILL_MODES,
     FLASH_ATTNS,
@@ -95,6 +96,10 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="bit-identical greedy output however forwards are cut: fill on or off, "
                    "a cold or warm prompt cache, streamed or whole (a q8_0 KV cache, float32, "
                    "the CPU; slower prefill) (FFWD_DETERMINISTIC; default: off)")
+    p.add_argument("--parallel", default=None,
+                   help="llama.cpp: requests decoded side by side, each with its own KV cache of "
+                   "--context ids; one forward per step carries every running request's ids "
+                   f"(FFWD_PARALLEL; default: {DEFAULT_PARALLEL})")
     p.add_argument("--n-gpu-layers", default=None,
                    help="llama.cpp: layers offloaded to the GPU, auto|all|N (FFWD_N_GPU_LAYERS; "
                    "default: auto = all where the build can offload, else none)")
@@ -174,6 +179,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
         "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
         "flash_attn": args.flash_attn,
         "n_gpu_layers": args.n_gpu_layers, "deterministic": args.deterministic,
+        "parallel": args.parallel,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine

@@ -61,6 +61,7 @@ def main(args: argparse.Namespace) -> int:
             "backend": args.backend, "dtype": args.dtype, "device": args.device,
             "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
             "flash_attn": args.flash_attn, "deterministic": args.deterministic,
+            "parallel": 1,  # one generation: one sequence
         })
         fill = resolve_fill_config(
             overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}

@@ -14,6 +14,7 @@ No module outside this package reads `os.environ`.
 
 from ffwd.config.engine import (
     BACKENDS,
+    DEFAULT_PARALLEL,
     DTYPES,
     FLASH_ATTNS,
     KV_CACHES,
@@ -53,7 +54,7 @@ from ffwd.values import SettingError
 
 __all__ = [
     "ANY_ORIGIN", "BACKENDS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE",
-    "DEFAULT_PROMPT_CACHE_BYTES",
+    "DEFAULT_PARALLEL", "DEFAULT_PROMPT_CACHE_BYTES",
     "DTYPES", "FILL_MODES", "FLASH_ATTNS", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES",
     "ROUTERS", "SERVER_DEFAULT_FILL",
     "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache", "Router",

@@ -23,7 +23,11 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_N_GPU_LAYERS   llama.cpp: layers on the GPU, auto|all|N           auto
 #                         (auto: all where the build can offload, else none)
 #     FFWD_DETERMINISTIC  1 = greedy output bit-identical however forwards   0
-#                         are cut: fill on/off, cold/warm cache, stream/whole
+#                         are cut: fill on/off, cold/warm cache, stream/whole,
+#                         alone or beside other requests
+#     FFWD_PARALLEL       llama.cpp: sequences decoded together, >= 1          4
+#                         (each its own KV cache of FFWD_CONTEXT ids; one
+#                         forward per step carries every running sequence's ids)
 #
 # Flash attention and the KV cache's type decide which attention kernel llama.cpp
 # runs (ffwd.engine.attention): their speed depends on the machine and the depth, so
@@ -35,6 +39,12 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 # blocks, and bf16 is timed beside it), which keeps every forward on the per-row
 # kernel (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
 # llama.cpp on the CPU: it costs prefill time (README's performance section).
+#
+# FFWD_PARALLEL: requests run side by side in one llama.cpp context (ffwd.engine.batch).
+# The default is what measured best on two CPU cores with the embedded model (README's
+# --parallel table): 4 sequences, as llama-server's own default for --parallel auto.
+# The transformers engine runs one sequence whatever the setting.
+DEFAULT_PARALLEL = 4
 
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 DTYPES: tuple[Dtype, ...] = ("auto", "float32", "bfloat16", "float16")
@@ -101,6 +111,7 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
                                               "false": "off"})),
     "n_gpu_layers": ("FFWD_N_GPU_LAYERS", resolve_gpu_layers),
     "deterministic": ("FFWD_DETERMINISTIC", flag("FFWD_DETERMINISTIC")),
+    "parallel": ("FFWD_PARALLEL", int_in("FFWD_PARALLEL", 1, 256)),
 }
 
 
@@ -119,6 +130,7 @@ class EngineConfig:
     flash_attn: FlashAttn = "auto"
     n_gpu_layers: str | int = "auto"
     deterministic: bool = False
+    parallel: int = DEFAULT_PARALLEL
 
 
 def resolve_engine_config(

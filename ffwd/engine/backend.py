@@ -33,7 +33,8 @@ Contract
 * `sequences()` lists the backends of every sequence that shares this one's
   model and forwards (``--parallel N`` on llama.cpp: `ffwd.engine.batch`), this
   one among them; ``[self]`` for a backend of one sequence. A sequence whose
-  run has ended calls `leave()`, so the others' forwards stop waiting for it.
+  run has ended calls `leave()`, so the others' forwards stop waiting for it;
+  `batch_stats()` counts the forwards by how many sequences each carried.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Protocol, cast
 import torch
 
 from ffwd.engine.attention import AttentionTable
+from ffwd.engine.batch import BatchStats
 from ffwd.engine.cost import CostSurface
 from ffwd.fill.prefix import common_prefix
 
@@ -175,6 +177,10 @@ class Backend(Protocol):
         """This sequence has no forwards to make for now (its run ended)."""
         ...
 
+    def batch_stats(self) -> BatchStats:
+        """The model's forwards so far, by how many sequences each carried."""
+        ...
+
 
 class CacheBookkeeping:
     """The `Backend` facts every engine keeps alike, read from the fields it sets:
@@ -239,6 +245,11 @@ class CacheBookkeeping:
 
     def leave(self) -> None:
         """Nothing waits for a backend of one sequence."""
+
+    def batch_stats(self) -> BatchStats:
+        """Every forward carried this one sequence."""
+        n = self._forward_calls
+        return BatchStats(n, {1: n} if n else {})
 
     def mark(self) -> Mark:
         """Where the cache stands now, for `undo`: a checkpoint only where it cannot rewind."""

@@ -121,14 +121,13 @@ class Submitted:
 
 @dataclass(slots=True)
 class BatchStats:
-    """Forwards so far, by how many sequences each carried; ids forwarded in all."""
+    """Forwards so far, and how many of them carried each number of sequences."""
 
     steps: int = 0
-    ids: int = 0
     by_size: dict[int, int] = field(default_factory=dict)
 
     def copy(self) -> BatchStats:
-        return BatchStats(self.steps, self.ids, dict(self.by_size))
+        return BatchStats(self.steps, dict(self.by_size))
 
 
 class Batcher:
@@ -231,7 +230,6 @@ class Batcher:
         """Hand each request of the step its rows (or the error); finished ones leave the line."""
         if error is None:
             self._stats.steps += 1
-            self._stats.ids += sum(n for _, n in chosen)
             size = len(chosen)
             self._stats.by_size[size] = self._stats.by_size.get(size, 0) + 1
         for i, (r, n) in enumerate(chosen):

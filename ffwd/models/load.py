@@ -49,6 +49,7 @@ def load_backend(
     flash_attn: str = "auto",
     n_gpu_layers: str | int = "auto",
     deterministic: bool = False,
+    parallel: int = 1,
     tokenizer: Any = None,
     measure_cost: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -60,7 +61,8 @@ def load_backend(
     surface (and on llama.cpp the attention path, `ffwd.engine.attention`) comes
     from the cache unless `measure_cost` asks for a new measurement; `progress`
     hears what a measurement is doing. `deterministic` takes the exact path
-    (`ffwd.config.engine.exact`).
+    (`ffwd.config.engine.exact`). `parallel` is how many sequences llama.cpp decodes
+    together (`ffwd.engine.batch`); transformers runs one.
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
@@ -71,7 +73,8 @@ def load_backend(
                      deterministic=deterministic, flash_attn=flash_attn)
         engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
                                  log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
-                                 n_gpu_layers=n_gpu_layers, deterministic=deterministic)
+                                 n_gpu_layers=n_gpu_layers, deterministic=deterministic,
+                                 parallel=parallel)
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
         choose_attention(engine, cost_curve_path(ref, "llamacpp", llama_cost_parts(

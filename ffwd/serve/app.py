@@ -79,7 +79,7 @@ def create_app(
     if executor is None:
         if service is None:
             raise TypeError("create_app needs a service or an executor")
-        executor = LocalExecutor(service, max_queue, on_depth=metrics.queue_depth.set)
+        executor = LocalExecutor(service, max_queue, metrics=metrics)
     app = FastAPI(title="ffwd", docs_url=None, redoc_url=None)
     app.state.executor = executor
     app.state.metrics = metrics

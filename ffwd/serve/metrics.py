@@ -4,6 +4,11 @@ Label values are bounded: ``endpoint`` is one of the app's own routes or
 ``other`` (any unknown path, whoever sent it), ``status`` an HTTP status code.
 `ffwd_forward_calls_total` is read live from the model (cancelled and failed
 generations included), so it shows progress while a request runs.
+
+Scheduling (``--parallel N``): `ffwd_active_sequences` is the requests decoding
+now, `ffwd_queue_depth` those waiting for a sequence, `ffwd_queue_wait_seconds`
+how long each waited, and `ffwd_batch_sequences` (read live from the model, like
+the forward count) how many sequences each model forward carried.
 """
 
 from __future__ import annotations
@@ -11,13 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from ffwd.engine.batch import BatchStats
 from ffwd.engine.generate import GenerationResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)  # sequences in one forward
 OTHER_ENDPOINT = "other"
 
 
@@ -29,6 +37,23 @@ class _LiveCounter(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         yield CounterMetricFamily(self.name, self.doc, value=self.read())
+
+
+class _BatchSizes(Collector):
+    """Sequences per model forward, as a histogram read from the model at scrape time."""
+
+    def __init__(self, read: Callable[[], BatchStats]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        stats = self.read()
+        buckets = [(str(le), sum(n for size, n in stats.by_size.items() if size <= le))
+                   for le in BATCH_BUCKETS]
+        buckets.append(("+Inf", stats.steps))
+        total = sum(size * n for size, n in stats.by_size.items())
+        yield HistogramMetricFamily(
+            "ffwd_batch_sequences", "Sequences (running requests) carried by one model forward",
+            buckets=buckets, sum_value=total)
 
 
 class Metrics:
@@ -77,6 +102,12 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
         )
         self.queue_depth = Gauge("ffwd_queue_depth", "Requests waiting for the model", registry=r)
+        self.queue_wait = Histogram(
+            "ffwd_queue_wait_seconds", "How long a request waited for a sequence to run on",
+            registry=r, buckets=WAIT_BUCKETS,
+        )
+        self.active_sequences = Gauge(
+            "ffwd_active_sequences", "Requests decoding now (at most --parallel)", registry=r)
         self.generation_errors = Counter(
             "ffwd_generation_errors", "Generations that failed with a server error (a 5xx, or "
             "an SSE error event; the traceback is in the server log)", ["endpoint"], registry=r,
@@ -85,6 +116,11 @@ class Metrics:
     def watch_forwards(self, read: Callable[[], int]) -> None:
         """Report `read()` (the model's forward passes so far) as ffwd_forward_calls_total."""
         self.registry.register(_LiveCounter("ffwd_forward_calls", "Model forward calls", read))
+
+    def watch_batches(self, read: Callable[[], BatchStats]) -> None:
+        """Report `read()` (the model's forwards by sequences carried) as
+        ffwd_batch_sequences."""
+        self.registry.register(_BatchSizes(read))
 
     def endpoint(self, path: str) -> str:
         """The label for a request path: the route itself, or `OTHER_ENDPOINT`."""

@@ -71,23 +71,42 @@ class PromptCache:
         if self.max_bytes == 0:
             return
         live = backend.cached_ids
-        # The prefill always runs the prompt's last id, so a prefix is usable up to len-1.
-        usable = len(prompt) - 1
-        shared = min(common_prefix(live, prompt), usable)
-        best_key, best = None, shared
-        for key, state in self._entries.items():
-            n = min(common_prefix(state.ids, prompt), usable)
-            if n > best and (n == len(state.ids) or backend.trims_freely):
-                best_key, best = key, n
-        if best_key is not None:
+        best_key, best = self._best(prompt, backend.trims_freely)
+        if best_key is not None and best > self._shared(live, prompt):
             chosen = self._entries.pop(best_key)
             self._bytes -= chosen.nbytes
             if live:
                 self._store(backend.save_state())
             backend.load_state(chosen)
             self.stats.loads += 1
-        elif len(live) - shared > max(MIN_DISCARD, len(live) // 4):
+        else:
+            self.stash(backend, prompt)
+
+    def best(self, prompt: Sequence[int], trims_freely: bool) -> int:
+        """The most ids of `prompt` a saved state would serve (`select` would load it)."""
+        return self._best(prompt, trims_freely)[1]
+
+    def stash(self, backend: Backend, prompt: Sequence[int]) -> None:
+        """Save the live state if a prefill of `prompt` is about to throw away much of it
+        (another conversation, not the next turn of this one)."""
+        if self.max_bytes == 0:
+            return
+        live = backend.cached_ids
+        if len(live) - self._shared(live, prompt) > max(MIN_DISCARD, len(live) // 4):
             self._store(backend.save_state())
+
+    @staticmethod
+    def _shared(ids: Sequence[int], prompt: Sequence[int]) -> int:
+        # The prefill always runs the prompt's last id, so a prefix is usable up to len-1.
+        return min(common_prefix(ids, prompt), len(prompt) - 1)
+
+    def _best(self, prompt: Sequence[int], trims_freely: bool) -> tuple[int | None, int]:
+        best_key, best = None, 0
+        for key, state in self._entries.items():
+            n = self._shared(state.ids, prompt)
+            if n > best and (n == len(state.ids) or trims_freely):
+                best_key, best = key, n
+        return best_key, best
 
     def _store(self, state: CacheState) -> None:
         if state.nbytes > self.max_bytes:

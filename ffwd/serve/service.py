@@ -5,8 +5,9 @@
 sampling, limits, fill settings, compiled tool rows, how calls are read, the
 request's grammar), raising `APIError` for anything the client got wrong: a
 schema llguidance cannot compile is a 400 naming the tool or
-``response_format``. `run` executes on the executor's one worker thread: it
-selects the prompt cache's best state and emits the events of
+``response_format``. `run` executes on one of the executor's worker threads,
+on a sequence of its own (`slots.Slots`: up to ``--parallel`` runs share each
+forward), whose cache it starts from the best state held and emits the events of
 `ffwd.engine.generate.stream_generate`; the request (prompt and output) then
 joins its tenant's earlier ones (`ffwd.fill.recall`). `count_tokens` and `model_info` answer
 what the server asks without running anything (`execute.Service`).
@@ -29,6 +30,7 @@ from ffwd.config import (
     TokenLimits,
 )
 from ffwd.engine.backend import Backend
+from ffwd.engine.batch import BatchStats
 from ffwd.engine.generate import Prepared, stream_generate
 from ffwd.engine.promise import loaded_promise
 from ffwd.engine.sampling import SamplingParams
@@ -41,6 +43,7 @@ from ffwd.serve.errors import bad_request
 from ffwd.serve.execute import Emit
 from ffwd.serve.prompt_cache import PromptCache
 from ffwd.serve.request import GenerationRequest
+from ffwd.serve.slots import Slots
 from ffwd.templates import formats
 from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
@@ -88,6 +91,7 @@ class ModelService:
         self.context_window = context_window or backend.context_window
         # Saved states need a checkpointable cache; without one only the live cache is reused.
         self.prompt_cache = PromptCache(prompt_cache_bytes if backend.can_checkpoint else 0)
+        self.slots = Slots(backend.sequences(), self.prompt_cache)  # --parallel N
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
         self.grammars, self.grammar_unavailable = _request_grammars(
@@ -101,7 +105,14 @@ class ModelService:
 
     @property
     def forward_calls(self) -> int:
-        return self.backend.forward_calls
+        return self.slots.forward_calls
+
+    @property
+    def parallel(self) -> int:
+        return len(self.slots)
+
+    def batch_stats(self) -> BatchStats:
+        return self.backend.batch_stats()
 
     def model_info(self) -> dict[str, Any]:
         grammar = self.grammars is not None
@@ -250,18 +261,19 @@ class ModelService:
 
     # --- running (worker thread) --------------------------------------------
     def reset(self) -> None:
-        """Forget what a failed run may have left: the cache (earlier outputs stay)."""
-        self.backend.reset()
+        """Forget what a failed run may have left: the caches of the sequences no run holds
+        (a failed run empties its own; earlier outputs stay)."""
+        self.slots.reset_idle()
 
     def run(self, ready: Ready, emit: Emit, cancelled: Callable[[], bool]) -> None:
         """Generate, emitting each event (the last carries the result); the request, its
         prompt then its output, joins the tenant's earlier ones (`ffwd.fill.recall`)."""
         prep = ready.prepared
-        self.prompt_cache.select(self.backend, prep.prompt_ids)
-        for event in stream_generate(self.backend, self.tokenizer, prep, cancelled=cancelled):
-            emit(event)
-            if event.result is not None:  # once the client has it: prompt and output
-                self.recall.add(ready.tenant, [*prep.prompt_ids, *event.result.token_ids])
+        with self.slots.take(prep.prompt_ids) as backend:  # a sequence of its own
+            for event in stream_generate(backend, self.tokenizer, prep, cancelled=cancelled):
+                emit(event)
+                if event.result is not None:  # once the client has it: prompt and output
+                    self.recall.add(ready.tenant, [*prep.prompt_ids, *event.result.token_ids])
 
 
 def load_service(

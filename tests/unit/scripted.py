@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ffwd.engine.batch import BatchStats
 from ffwd.engine.events import (
     Alternative,
     FinishReason,
@@ -60,6 +61,10 @@ class ScriptedModel:
 
     model_id = "tiny"
     forward_calls = 0
+    parallel = 1
+
+    def batch_stats(self) -> BatchStats:
+        return BatchStats()
 
     def model_info(self) -> dict[str, Any]:
         return {"context_window": 2048, "tool_format": "hermes", "grammar": False,

@@ -1,0 +1,113 @@
+"""Which sequence runs a request, and what its cache starts from (``--parallel N``).
+
+A model that decodes N sequences together (`Backend.sequences`: llama.cpp's
+``--parallel N``; one for transformers) runs up to N requests at once, each on
+a sequence of its own. `Slots.take(prompt)` gives a run the free sequence
+whose cache holds the longest prefix of its prompt (ties: an empty one, then
+the one used least recently, so an idle conversation's cache lasts longest),
+and makes that cache the best start there is:
+
+1. a sibling sequence, running or not, that holds `SHARE_MIN` ids more of the
+   prompt than this cache and the prompt cache's saved states do (the same
+   system prompt and tools: an agent's sub-agents) is copied
+   (`save_state`/`load_state`: llama.cpp copies the sequence's cells, nothing
+   is forwarded again), after the live state is saved if the prompt would
+   throw much of it away (`PromptCache.stash`);
+2. otherwise the prompt cache chooses (`PromptCache.select`: another
+   conversation's state is saved before it is thrown away, and a saved state
+   that shares more of the prompt is loaded).
+
+The prefill then forwards only what no cache held. When the run ends its
+sequence leaves the batch (`Backend.leave`), and a run that failed leaves
+its sequence empty.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from ffwd.engine.backend import Backend
+from ffwd.fill.prefix import common_prefix
+from ffwd.serve.prompt_cache import PromptCache
+
+SHARE_MIN = 32  # ids a sibling's cache must save before it is copied
+
+
+class Slots:
+    """The sequences of one model: which are free, and each run's start (module docstring)."""
+
+    def __init__(self, sequences: Sequence[Backend], cache: PromptCache) -> None:
+        if not sequences:
+            raise ValueError("Slots: no sequences")
+        self.sequences = list(sequences)
+        self.cache = cache
+        self._free = list(range(len(self.sequences)))  # least recently used first
+        self._lock = threading.Lock()  # the free list and the prompt cache
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    @property
+    def forward_calls(self) -> int:
+        """Forwards of every sequence (a forward that carried k sequences counts k)."""
+        return sum(s.forward_calls for s in self.sequences)
+
+    def reset_idle(self) -> None:
+        """Drop the caches of the sequences no run holds now."""
+        with self._lock:
+            for i in self._free:
+                self.sequences[i].reset()
+
+    @contextmanager
+    def take(self, prompt: Sequence[int]) -> Iterator[Backend]:
+        """A free sequence for a run of `prompt`, its cache made the best start; given back
+        (and, if the run failed, emptied) when the block ends."""
+        with self._lock:
+            i = self._choose(prompt)
+            self._free.remove(i)
+            seq = self.sequences[i]
+            try:
+                self._start(seq, prompt)
+            except BaseException:
+                self._free.append(i)
+                raise
+        try:
+            yield seq
+        except BaseException:
+            seq.reset()  # what a failed run left is not trusted
+            raise
+        finally:
+            seq.leave()
+            with self._lock:
+                self._free.append(i)
+
+    def _choose(self, prompt: Sequence[int]) -> int:
+        """The free sequence whose cache serves `prompt` best (module docstring)."""
+        if not self._free:
+            raise RuntimeError(f"all {len(self.sequences)} sequences are running")
+        usable = len(prompt) - 1  # the prefill always forwards the prompt's last id
+
+        def score(i: int) -> tuple[int, bool, int]:
+            ids = self.sequences[i].cached_ids
+            return min(common_prefix(ids, prompt), usable), not ids, -self._free.index(i)
+
+        return max(self._free, key=score)
+
+    def _start(self, seq: Backend, prompt: Sequence[int]) -> None:
+        """Make `seq`'s cache the best start for `prompt` (module docstring)."""
+        usable = len(prompt) - 1
+        have = min(common_prefix(seq.cached_ids, prompt), usable)
+        best = max(have, self.cache.best(prompt, seq.trims_freely)) + SHARE_MIN
+        donor = None
+        for other in self.sequences:
+            ids = other.cached_ids
+            n = min(common_prefix(ids, prompt), usable)
+            if other is not seq and n >= best and (n == len(ids) or seq.trims_freely):
+                best, donor = n, other
+        if donor is None:
+            self.cache.select(seq, prompt)
+            return
+        self.cache.stash(seq, prompt)
+        seq.load_state(donor.save_state())
