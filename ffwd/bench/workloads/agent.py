@@ -165,13 +165,13 @@ def make_task(fn: Function, rng: random.Random) -> Task:
     return Task(fn, path, ticket, change)
 
 
-def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+def call_turn(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": None, "tool_calls": [{
         "id": call_id, "type": "function",
         "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
 
-def _result(call_id: str, content: str) -> dict[str, Any]:
+def tool_turn(call_id: str, content: str) -> dict[str, Any]:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
@@ -188,19 +188,19 @@ def conversation(
                                     f"`{fn.name}`. Read the file first."},
     ]
     steps = [("read", 48, True, [
-        _call(f"call_{c}_1", "read_file", {"path": task.path}),
-        _result(f"call_{c}_1", fn.source)])]
+        call_turn(f"call_{c}_1", "read_file", {"path": task.path}),
+        tool_turn(f"call_{c}_1", fn.source)])]
     steps.append(("edit", budget, False, [
         {"role": "assistant", "content": f"Here is `{fn.name}` with the change:\n\n"
                                          f"```python\n{new}```"},
         {"role": "user", "content": rng.choice(SAVE)}]))
     steps.append(("write", min(cap, budget + 16), True, [
-        _call(f"call_{c}_2", "write_file", {"path": task.path, "content": new}),
-        _result(f"call_{c}_2", json.dumps({"ok": True, "path": task.path,
+        call_turn(f"call_{c}_2", "write_file", {"path": task.path, "content": new}),
+        tool_turn(f"call_{c}_2", json.dumps({"ok": True, "path": task.path,
                                            "bytes": len(new.encode())})),
         {"role": "user", "content": rng.choice(CLOSE)},
-        _call(f"call_{c}_3", "get_ticket", {"id": tid}),
-        _result(f"call_{c}_3", json.dumps(task.ticket, indent=1))]))
+        call_turn(f"call_{c}_3", "get_ticket", {"id": tid}),
+        tool_turn(f"call_{c}_3", json.dumps(task.ticket, indent=1))]))
     steps.append(("close", 96, True, []))
     items = []
     for step, (kind, max_tokens, call, then) in enumerate(steps, 1):

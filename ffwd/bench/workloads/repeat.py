@@ -27,7 +27,14 @@ import json
 import random
 from typing import Any
 
-from ffwd.bench.workloads.agent import AGENT_TOOLS, SYSTEM, apply_edit, edits
+from ffwd.bench.workloads.agent import (
+    AGENT_TOOLS,
+    SYSTEM,
+    apply_edit,
+    call_turn,
+    edits,
+    tool_turn,
+)
 from ffwd.bench.workloads.items import Function, Item, functions
 
 SEARCH_TOOL = {"type": "function", "function": {
@@ -47,16 +54,6 @@ def _named(name: str) -> dict[str, Any]:
 
 def _budget(text: str, cap: int, extra: int = 48) -> int:
     return min(cap, len(text) * 2 // 7 + extra)  # ~3.5 characters of code per id
-
-
-def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [{
-        "id": call_id, "type": "function",
-        "function": {"name": name, "arguments": json.dumps(arguments)}}]}
-
-
-def _result(call_id: str, content: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 def _pair(group: int, kind: str, first: Item, second: Item) -> list[Item]:
@@ -89,8 +86,8 @@ def rewrite(fn: Function, rng: random.Random, cap: int) -> tuple[Item, Item]:
             {"role": "system", "content": SYSTEM},
             {"role": "user", "content": f"In `{path}`, {instruction} in `{fn.name}`, then "
                                         "write the whole file back."},
-            _call(f"call_r{n}", "read_file", {"path": path}),
-            _result(f"call_r{n}", source),
+            call_turn(f"call_r{n}", "read_file", {"path": path}),
+            tool_turn(f"call_r{n}", source),
         ]
         items.append(Item("", f"{fn.module}.{fn.name}", history, budget, TOOLS,
                           _named("write_file"), single_call=True))
@@ -112,7 +109,7 @@ def call(fn: Function, rng: random.Random) -> tuple[Item, Item]:
                  single_call=True)
     found = "\n".join(f"{path}:{rng.randint(10, 400)}: {line.strip()}"
                       for line in fn.source.splitlines()[:3] if line.strip())
-    history += [_call("call_s1", "search_code", args), _result("call_s1", found),
+    history += [call_turn("call_s1", "search_code", args), tool_turn("call_s1", found),
                 {"role": "user", "content": f"Now the same search in `{other}`."}]
     return first, Item("", first.id, history, 96, TOOLS, _named("search_code"),
                        single_call=True)
