@@ -195,6 +195,8 @@ class FillSession:
         head: tuple[Proposal, bool] | None = None  # (clamped, cut by the clamp)
         copies: list[tuple[Proposal, tuple[Proposal, bool] | None]] = []  # (raw, alone)
         for source in sources:
+            if head is not None and source in self._first:
+                continue  # the rows and the grammar only determine ids: one head is enough
             raw = source.propose(self)
             if raw is None or (head is not None and raw.policy == "assert"):
                 continue
