@@ -144,8 +144,8 @@ def add_scale_arguments(p: argparse.ArgumentParser, *, join: bool) -> None:
     g.add_argument("--target-ongoing", default=None,
                    help="requests per replica the autoscaler aims at (2)")
     g.add_argument("--max-ongoing", default=None,
-                   help="requests one replica holds, running and waiting (2); the rest wait "
-                   "at the router, at most --max-queue, then 429")
+                   help="requests one replica holds, running and waiting (--parallel + 1); the "
+                   "rest wait at the router, at most --max-queue, then 429")
     g.add_argument("--replica-cpus", default=None,
                    help="CPUs reserved per replica, also its torch threads (1)")
     g.add_argument("--replica-gpus", default=None, help="GPUs reserved per replica (0)")

@@ -12,7 +12,7 @@ from ffwd.values import Parser, choice, float_at_least, int_in, parse_settings
 #     --min-replicas N      autoscaling lower bound                            1
 #     --max-replicas N      autoscaling upper bound (autoscaling is on when given)
 #     --target-ongoing X    requests per replica the autoscaler aims at        2
-#     --max-ongoing N       requests a replica holds (running + waiting)       2
+#     --max-ongoing N       requests a replica holds (running + waiting)       --parallel + 1
 #     --replica-cpus X      CPUs reserved per replica (also its torch threads) 1
 #     --replica-gpus X      GPUs reserved per replica                          0
 #     --router NAME         affine (prefix affinity) | pow2 (Ray's default)    affine
@@ -43,11 +43,16 @@ class ScaleConfig:
     min_replicas: int = 1
     max_replicas: int | None = None  # None: a fixed number of replicas
     target_ongoing: float = 2.0
-    max_ongoing: int = 2
+    max_ongoing: int | None = None  # None: the replica's --parallel sequences and one waiting
     replica_cpus: float = 1.0
     replica_gpus: float = 0.0
     router: Router = "affine"
     imbalance: int = 1
+
+    def ongoing(self, parallel: int) -> int:
+        """Requests one replica holds: `max_ongoing`, or by default as many as it decodes at
+        once (`parallel`) and one waiting, ready when a sequence comes free."""
+        return self.max_ongoing if self.max_ongoing is not None else parallel + 1
 
     @property
     def autoscaling(self) -> bool:

@@ -1,7 +1,8 @@
 """The Ray Serve application: model replicas behind one OpenAI ingress.
 
 `ModelReplica` holds one `ModelService` behind a `LocalExecutor`, the same
-single worker thread `ffwd serve` runs. `generate(req)` yields `Accepted`
+workers `ffwd serve` runs: each replica decodes up to ``--parallel`` requests in
+one forward per step. `generate(req)` yields `Accepted`
 once the request is prepared and queued (or the `APIError` that refused it),
 then the run's events; cancelling the call cancels the run. `count_tokens(req)`
 renders a prompt there without running it. `Ingress` serves
@@ -48,7 +49,7 @@ class Accepted:
 
 
 class ModelReplica:
-    """One model, one worker thread: a replica of the model deployment."""
+    """One model, its sequences decoded together: a replica of the model deployment."""
 
     def __init__(self, spec: DeploySpec) -> None:
         service = load_service(
@@ -56,7 +57,7 @@ class ModelReplica:
             prompt_cache_bytes=spec.prompt_cache_bytes, limits=spec.limits,
         )
         # Ray sends at most max_ongoing requests, so this line never overflows.
-        self.executor = LocalExecutor(service, spec.scale.max_ongoing)
+        self.executor = LocalExecutor(service, spec.max_ongoing)
         self.replica = serve.get_replica_context().replica_id.unique_id
 
     def info(self) -> dict[str, Any]:

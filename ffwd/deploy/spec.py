@@ -62,6 +62,11 @@ class DeploySpec:
         resolve_log_format(self.log_format)  # a SettingError naming FFWD_LOG_FORMAT
 
     @property
+    def max_ongoing(self) -> int:
+        """Requests one replica holds, running (up to --parallel, batched) and waiting."""
+        return self.scale.ongoing(self.engine.parallel)
+
+    @property
     def replica_engine(self) -> EngineConfig:
         """The engine settings a replica loads with: torch threads = its reserved CPUs."""
         if self.engine.threads or self.scale.replica_cpus < 1:
@@ -103,7 +108,7 @@ class DeploySpec:
         s = self.scale
         opts: dict[str, Any] = {
             "name": MODEL_DEPLOYMENT,
-            "max_ongoing_requests": s.max_ongoing,
+            "max_ongoing_requests": self.max_ongoing,
             "max_queued_requests": self.max_queue,
             "ray_actor_options": {"num_cpus": s.replica_cpus, "num_gpus": s.replica_gpus},
             "health_check_period_s": 5.0,
@@ -127,7 +132,7 @@ class DeploySpec:
     def ingress_options(self) -> dict[str, Any]:
         """The HTTP ingress: one replica, no CPU reserved, room for every admitted request."""
         s = self.scale
-        most = (s.max_replicas or s.replicas) * s.max_ongoing + self.max_queue
+        most = (s.max_replicas or s.replicas) * self.max_ongoing + self.max_queue
         return {
             "name": INGRESS_DEPLOYMENT, "num_replicas": 1,
             "max_ongoing_requests": most + 32,  # + health, metrics and 429 answers

@@ -150,6 +150,12 @@ class Batcher:
         self._stats = BatchStats()
 
     # --- who runs ---------------------------------------------------------------
+    def enter(self, seq: int) -> None:
+        """`seq` is about to forward: steps wait for it from now on (a first submission
+        enters by itself)."""
+        with self._cond:
+            self._active.add(seq)
+
     def leave(self, seq: int) -> None:
         """`seq` has no more forwards for now: the next steps do not wait for it."""
         with self._cond:

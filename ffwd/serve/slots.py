@@ -44,7 +44,7 @@ class Slots:
         self.sequences = list(sequences)
         self.cache = cache
         self._free = list(range(len(self.sequences)))  # least recently used first
-        self._lock = threading.Lock()  # the free list and the prompt cache
+        self._lock = threading.Condition()  # the free list and the prompt cache
 
     def __len__(self) -> int:
         return len(self.sequences)
@@ -62,9 +62,10 @@ class Slots:
 
     @contextmanager
     def take(self, prompt: Sequence[int]) -> Iterator[Backend]:
-        """A free sequence for a run of `prompt`, its cache made the best start; given back
-        (and, if the run failed, emptied) when the block ends."""
+        """A free sequence for a run of `prompt` (waiting for one), its cache made the best
+        start; given back (and, if the run failed, emptied) when the block ends."""
         with self._lock:
+            self._lock.wait_for(lambda: bool(self._free))
             i = self._choose(prompt)
             self._free.remove(i)
             seq = self.sequences[i]
@@ -72,6 +73,7 @@ class Slots:
                 self._start(seq, prompt)
             except BaseException:
                 self._free.append(i)
+                self._lock.notify()
                 raise
         try:
             yield seq
@@ -82,11 +84,10 @@ class Slots:
             seq.leave()
             with self._lock:
                 self._free.append(i)
+                self._lock.notify()
 
     def _choose(self, prompt: Sequence[int]) -> int:
         """The free sequence whose cache serves `prompt` best (module docstring)."""
-        if not self._free:
-            raise RuntimeError(f"all {len(self.sequences)} sequences are running")
         usable = len(prompt) - 1  # the prefill always forwards the prompt's last id
 
         def score(i: int) -> tuple[int, bool, int]:

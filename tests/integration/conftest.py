@@ -27,7 +27,7 @@ def exact_server() -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def guarded_server() -> Iterator[Server]:
-    """With an API key and a one-request queue."""
-    s = Server("--api-key", "s3cret", "--max-queue", "1")
+    """With an API key, one sequence at a time and a one-request queue."""
+    s = Server("--api-key", "s3cret", "--max-queue", "1", "--parallel", "1")
     yield s
     s.stop()

@@ -42,8 +42,10 @@ def cluster() -> Iterator[Server]:
     # first turns sent at once below need room for four.
     # llama.cpp (auto for the embedded GGUF on the CPU), one thread per replica.
     # --deterministic: a request gives the same ids on either replica, so streamed == plain.
+    # --max-ongoing 2: each replica holds two requests (both decoding, batched), which the
+    # backpressure test counts on.
     s = Server("--replicas", "2", "--replica-cpus", "1", "--max-queue", "4", "--fill", "echo",
-               "--deterministic")
+               "--deterministic", "--max-ongoing", "2")
     try:
         _wait_for(s, "ffwd serving", 300)  # printed once every replica is running
         yield s
