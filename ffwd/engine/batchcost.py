@@ -144,6 +144,24 @@ class SequenceCost(CostSurface):
             return math.inf
         return self.base.level * batch_price(self.base, m, kind, depth, depths)
 
+    def at(self, depth: int, kind: Kind = "rows") -> Callable[[int], float]:
+        """``m -> ms`` at `depth` against the sequences running now (asked once: a span
+        policy prices every length of one proposal against the same batch)."""
+        assert self.base is not None
+        base, others = self.base, self.others()
+        if not others:
+            return base.at(depth, kind)
+        share = step_ms(base, [depth, *others]) / (len(others) + 1)
+
+        def price(m: int) -> float:
+            if m < 1:
+                raise ValueError(f"cost of a forward of {m} ids")
+            if m > self.max_append:
+                return math.inf
+            return base.level * (share + (base.quiet(m - 1, kind, depth) if m > 1 else 0.0))
+
+        return price
+
     def observe(self, m: int, ms: float, kind: Kind = "last", depth: int = 0) -> None:
         if self.base is not None and not self.shared():
             self.base.observe(m, ms, kind, depth)
