@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ffwd.bench import contention, latency
+from ffwd.bench import concurrency_report, contention, latency
 
 # check_targets and default_fill live in ffwd.bench.targets; importers read them here
 from ffwd.bench.systems.names import LLAMA_SERVER
@@ -304,6 +304,9 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     if results.get("contention"):
         lines += ["", "## Contention: decode beside other work", "",
                   *contention.markdown(results["contention"])]
+    if results.get("concurrency"):
+        lines += ["", "## Concurrency: many clients at once", "",
+                  *concurrency_report.markdown(results["concurrency"])]
     if results.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in results["skipped"].items())]
     lines += ["", "## Speedups", *speedup_tables(sp)] if sp else []

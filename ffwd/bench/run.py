@@ -14,7 +14,8 @@ prefill rows, contention row, correctness, replay bound, targets) that
 
 The ``prefill`` workload runs one system per engine setup
 (`names.prefill_systems`); the ``contention`` row (`ffwd.bench.contention`)
-runs after the rest, while the other servers sit idle.
+runs after the rest, while the other servers sit idle, and the ``concurrency``
+row (`ffwd.bench.concurrency`) after them, on servers of its own.
 """
 
 from __future__ import annotations
@@ -123,7 +124,9 @@ def run_bench(
         runs, firsts = _run_all(items, systems, repeats, prompts)
         row = (_contention(setup, systems, repeats, skipped, before)
                if "contention" in workloads else None)
-    results = assemble(setup, [s.name for s in systems], items, runs, firsts, prompts, row)
+    crowd = _concurrency(setup, names, repeats) if "concurrency" in workloads else None
+    results = assemble(setup, [s.name for s in systems], items, runs, firsts, prompts, row,
+                       crowd)
     results["environment"]["load_before"] = load_before
     results["settings"].update({"workloads": list(workloads), "limit": limit,
                                 "repeats": repeats, "systems": [s.name for s in systems],
@@ -135,10 +138,10 @@ def run_bench(
 def assemble(
     setup: Setup, order: Sequence[str], items: Sequence[Item], runs: list[dict[str, Any]],
     firsts: dict[str, dict[str, Outcome]], prompts: Mapping[str, list[int]],
-    contention: dict[str, Any] | None,
+    contention: dict[str, Any] | None, concurrency: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The results dict (see the module docstring) from what the systems `order` returned."""
-    from ffwd.bench import latency
+    from ffwd.bench import concurrency_report, latency
     from ffwd.bench.fidelity import correctness
 
     outputs = {key: {name: {"content": o.content, "calls": [list(c) for c in o.calls]}
@@ -165,10 +168,11 @@ def assemble(
         "speedups": sp,
         "prefill": prefill,
         "contention": contention,
+        "concurrency": concurrency,
         "bound": bound,
         "correctness": correctness(items, outputs, firsts, service, prompts),
         "targets": report.check_targets(summary, sp, bound, setup.engine, prefill, contention)
-        + repeat_targets(runs),
+        + repeat_targets(runs) + concurrency_report.targets(concurrency),
         "default_fill": report.default_fill(sp),
     }
 
@@ -291,6 +295,16 @@ def _contention(
     item = contention_item(setup.args.seed, setup.args.quick)
     twin = partial(ffwd_server, setup, parse_system(system.name))
     return {**contention.measure(system, item, twin, repeats), "before": before}
+
+
+def _concurrency(setup: Setup, names: Sequence[str], repeats: int) -> dict[str, Any]:
+    """The concurrency row (`ffwd.bench.concurrency`) at each ``--parallel`` asked for."""
+    from ffwd.bench import concurrency
+    from ffwd.config import DEFAULT_PARALLEL
+
+    parallels = concurrency.parallels_default(getattr(setup.args, "parallel", None),
+                                              DEFAULT_PARALLEL)
+    return concurrency.measure(setup, names, parallels, repeats)
 
 
 # --- the bound ---------------------------------------------------------------------

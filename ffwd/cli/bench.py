@@ -1,6 +1,7 @@
 """``ffwd bench``: every system on the same prompts, interleaved, then a report.
 
-    ffwd bench [--workload tools|echo|prose|agent|prefill|contention|all] [--limit N]
+    ffwd bench [--workload tools|echo|prose|agent|prefill|contention|concurrency|all]
+               [--limit N] [--parallel N[,N...]]
                [--systems LIST] [--model default|PATH] [--backend auto|llamacpp|transformers]
                [--repeats R] [--threads T] [--out DIR] [--json] [--quick] [--before DIR]
 
@@ -62,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads of every system (0: torch's default)")
     parser.add_argument("--quick", action="store_true",
                         help="a small slice with short outputs (a few minutes)")
+    parser.add_argument("--parallel", default=None, metavar="N[,N...]",
+                        help="the concurrency row: ffwd serve --parallel N beside llama-server "
+                             "-np N, for each N (default: ffwd's default)")
     parser.add_argument("--json", action="store_true", help="print results.json to stdout")
     parser.add_argument("--before", default=None, metavar="DIR",
                         help="an earlier ffwd bench --out DIR with a contention row: its "

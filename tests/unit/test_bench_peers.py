@@ -77,7 +77,8 @@ def test_the_native_server_knows_every_flag_the_bench_passes() -> None:
                                timeout=60).stdout
     flags = [a for a in llama_server.command("m.gguf", 1, 1, 512, 512, "ngram-mod", "off")
              if a.startswith("--")]
-    assert flags and all(f"{flag} " in help_text or f"{flag}," in help_text for flag in flags)
+    assert flags and all(f"{flag} " in help_text or f"{flag}," in help_text
+                         or f"{flag}\n" in help_text for flag in flags)
     assert "ngram-mod" in help_text
 
 

@@ -7,14 +7,15 @@ missing, the bench runs llama.cpp's server from the prebuilt xllamacpp wheel
 instead (this module's `main`):
 
     python -m ffwd.bench.systems.llama_server --model FILE.gguf --port N [--threads T]
-        [--ctx N] [--batch N] [--spec MODE] [--flash-attn on|off]
+        [--ctx N] [--batch N] [--spec MODE] [--flash-attn on|off] [--parallel N]
 
 That wheel is a portable build (AVX2 at most), so on a newer CPU its kernels
 are slower than the engine's: every report names it as the fallback, never as
 a fair peer (`build`).
 
 Both serve llama-server's HTTP API (``/completion``, ``/health``) on loopback
-until terminated, the same way: one slot, the given threads (prompt and
+until terminated, the same way: one slot (``--parallel N``: N slots, each of
+the given context, its own KV stream as ffwd's sequences have), the given threads (prompt and
 decode), context and batch sizes, the full-size sliding-window cache ffwd's
 llama.cpp backend uses, no warm-up (the bench warms every system alike) and
 no host-memory prompt cache (ffwd's servers run with ``--prompt-cache-bytes
@@ -58,7 +59,7 @@ def native_binary() -> Path | None:
 
 def command(
     gguf: str, port: int, threads: int, ctx: int, batch: int, spec: str | None = None,
-    flash: str | None = None,
+    flash: str | None = None, parallel: int = 1,
 ) -> list[str]:
     """The command line of the peer server: the native binary where it is built, else
     this module on xllamacpp (the same settings either way)."""
@@ -69,11 +70,14 @@ def command(
         return [sys.executable, "-m", __name__, "--model", gguf, "--port", str(port),
                 "--threads", str(threads), "--ctx", str(ctx), "--batch", str(batch),
                 *(["--spec", spec] if spec else []),
-                *(["--flash-attn", flash] if flash else [])]
+                *(["--flash-attn", flash] if flash else []),
+                *(["--parallel", str(parallel)] if parallel > 1 else [])]
+    # llama-server splits --ctx-size among its slots: each gets `ctx`, as each ffwd sequence.
     return [str(binary), "--model", gguf, "--host", "127.0.0.1", "--port", str(port),
             "--threads", str(threads), "--threads-batch", str(threads),
-            "--ctx-size", str(ctx), "--batch-size", str(batch), "--ubatch-size", str(batch),
-            "--parallel", "1", "--swa-full", "--no-warmup", "--no-webui", "--cache-ram", "0",
+            "--ctx-size", str(ctx * parallel), "--batch-size", str(batch),
+            "--ubatch-size", str(batch), "--parallel", str(parallel), "--no-kv-unified",
+            "--swa-full", "--no-warmup", "--no-webui", "--cache-ram", "0",
             *(["--spec-type", spec] if spec else []), *(["--flash-attn", flash] if flash else [])]
 
 
@@ -141,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="a draft-free speculation mode (default: none)")
     p.add_argument("--flash-attn", choices=("on", "off", "auto"), default="auto",
                    help="flash attention (default: llama.cpp's auto)")
+    p.add_argument("--parallel", type=int, default=1, help="slots (default: 1)")
     p.add_argument("--verbose", action="store_true", help="llama-server's own log")
     args = p.parse_args(argv)
 
@@ -150,8 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     params.model.path = args.model
     params.port = args.port
     params.hostnames = ["127.0.0.1"]
-    params.n_parallel = 1
-    params.n_ctx = args.ctx
+    params.n_parallel = args.parallel
+    params.kv_unified = False
+    params.n_ctx = args.ctx * args.parallel
     params.n_batch = params.n_ubatch = args.batch
     params.cpuparams.n_threads = params.cpuparams_batch.n_threads = args.threads
     params.swa_full = True

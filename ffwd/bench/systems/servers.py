@@ -94,28 +94,30 @@ class ChildServer:
 
 def ffwd_server(
     model: str, backend: str, threads: int, dtype: str, kv_cache: str | None = None,
-    deterministic: bool = False,
+    deterministic: bool = False, parallel: int | None = None,
 ) -> ChildServer:
     """``ffwd serve`` on `backend` (llama.cpp: `kv_cache`, None for its default; the
-    exact mode where `deterministic`); FFWD_FILL_* settings in the environment apply."""
+    exact mode where `deterministic`; `parallel` sequences, None for its default);
+    FFWD_FILL_* settings in the environment apply."""
     port = free_port()
     cmd = [sys.executable, "-m", "ffwd.cli", "serve", "--model", model, "--backend", backend,
            "--threads", str(threads), "--port", str(port), "--prompt-cache-bytes", "0",
            "--fill", "off", "--dtype", dtype, *(["--kv-cache", kv_cache] if kv_cache else []),
-           *(["--deterministic"] if deterministic else [])]
+           *(["--deterministic"] if deterministic else []),
+           *(["--parallel", str(parallel)] if parallel else [])]
     return ChildServer(f"ffwd-{backend}", cmd, port)
 
 
 def llama_server(
     gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None,
-    flash: str | None = None,
+    flash: str | None = None, parallel: int = 1,
 ) -> ChildServer:
     """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off);
-    `flash`: its -fa setting (None: its default)."""
+    `flash`: its -fa setting (None: its default); `parallel` slots of `n_ctx` ids each."""
     from ffwd.bench.systems.llama_server import command
 
     port = free_port()
-    cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash)
+    cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash, parallel)
     name = "-".join(["llama-server", *([f"fa-{flash}"] if flash else []),
                      *([spec] if spec else [])])
     return ChildServer(name, cmd, port)

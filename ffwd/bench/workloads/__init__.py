@@ -26,6 +26,9 @@ arguments and Python installation:
   id (`ffwd.bench.workloads.prefill`; `limit` does not apply).
 * ``contention``: no items; one ffwd system's decode speed alone and beside
   other processes (`ffwd.bench.contention`).
+* ``concurrency``: no items here; 1, 2, 4 and 8 clients at once on a mix of
+  short and long requests, ffwd serve --parallel N beside llama-server -np N
+  (`ffwd.bench.concurrency`).
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from ffwd.bench.workloads.items import Function, Item, functions
 from ffwd.bench.workloads.prefill import prefill_items
 from ffwd.bench.workloads.repeat import repeat_items
 
-WORKLOADS = ("tools", "echo", "prose", "agent", "repeat", "prefill", "contention")
+WORKLOADS = ("tools", "echo", "prose", "agent", "repeat", "prefill", "contention",
+             "concurrency")
 TOOL_CHOICES = ("required", "auto")
 DEFAULT_BFCL = ("simple_python", "multiple")
 
