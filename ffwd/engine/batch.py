@@ -11,10 +11,17 @@ When a step goes: as soon as every active sequence (one that has submitted
 and not `leave`-d) waits, or `wait_s` after the later of the oldest
 submission and the end of the last step, whichever comes first. A sequence
 between two forwards (sampling, its grammar, its fill session) is waited for
-briefly, a slow one not for long; counting from the last step's end keeps
-sequences that just got their rows from being left behind, one step each in
-turn. The thread that finds the step ready runs it: there is no thread of the
-batcher's own, and a lone sequence forwards on its own thread at once.
+briefly, a slow one not for long: a step that goes without it drops it from
+the active ones until it submits again, so a sequence that stopped without
+leaving costs one wait, not one per step. Counting from the last step's end
+keeps sequences that just got their rows from being left behind, one step
+each in turn. A lone sequence's forward goes at once.
+
+Every step runs on the batcher's own thread (started at the first
+submission). ggml's CPU backend runs a forward on an OpenMP team of the
+calling thread, and each calling thread gets a team of its own: with two
+teams on two cores libgomp throttles the spinning at every ggml barrier, and
+a step took 29 ms instead of 10. One decoding thread keeps one team.
 llama.cpp releases the GIL while it decodes, so the others sample meanwhile.
 
 What goes in a step (`plan_step`):
@@ -23,7 +30,8 @@ What goes in a step (`plan_step`):
    step holds at most `limit` ids;
 2. prompt chunks (``split`` requests: a prefill, which reads only its last
    row) in arrival order, at most `budget` ids per step while any sequence is
-   decoding, so a long prompt does not freeze the other streams (up to `limit`
+   decoding (it has a forward waiting, or had one in either of the last two
+   steps), so a long prompt does not freeze the other streams (up to `limit`
    when no one is);
 3. sorted by sequence, which is how llama.cpp forms micro-batches (a run of
    consecutive sequences, the same number of ids from each).
@@ -107,6 +115,7 @@ class _Request:
     out: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
+    finished: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,9 +154,21 @@ class Batcher:
         self._cond = threading.Condition()
         self._pending: list[_Request] = []
         self._active: set[int] = set()
-        self._busy = False
         self._last_end = 0.0
+        self._decoded: list[set[int]] = [set(), set()]  # who decoded in the last two steps
         self._stats = BatchStats()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Stop the decoding thread (what is pending fails); the batcher takes no more."""
+        with self._cond:
+            self._closed = True
+            for r in self._pending:
+                r.error, r.done = RuntimeError("the model was closed"), True
+                r.finished.set()
+            self._pending = []
+            self._cond.notify_all()
 
     # --- who runs ---------------------------------------------------------------
     def enter(self, seq: int) -> None:
@@ -181,19 +202,30 @@ class Batcher:
             raise ValueError(f"a forward of {len(ids)} ids (at most {self.limit})")
         req = _Request(seq, list(ids), rows and not split, split, time.monotonic())
         with self._cond:
+            if self._closed:
+                raise RuntimeError("the model was closed")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="ffwd-decode",
+                                                daemon=True)
+                self._thread.start()
             self._active.add(seq)
             self._pending.append(req)
             self._cond.notify_all()
-            while not req.done:
-                wait = self._until_ready()
-                if wait <= 0 and not self._busy:
-                    self._step()
-                else:
-                    self._cond.wait(None if self._busy else wait)
+        req.finished.wait()
         if req.error is not None:
             raise req.error
         assert req.out is not None
         return Submitted(req.out, req.steps, req.shared)
+
+    def _run(self) -> None:
+        """The decoding thread: each step as soon as it is ready (`_until_ready`)."""
+        with self._cond:
+            while not self._closed:
+                wait = self._until_ready()
+                if self._pending and wait <= 0:
+                    self._step()
+                else:
+                    self._cond.wait(wait if self._pending else None)
 
     def _until_ready(self) -> float:
         """Seconds until the next step should go (<= 0: now). Under the condition's lock."""
@@ -208,14 +240,15 @@ class Batcher:
     def _step(self) -> None:
         """Run one step (called under the condition's lock, released while decoding)."""
         pending = self._pending
+        self._active &= {r.seq for r in pending}  # who did not come in time is not waited for
         prefilling = {r.seq for r in pending if r.split}
-        decoding = any(not r.split for r in pending) or bool(self._active - prefilling)
+        decoding = any(not r.split for r in pending) or bool(
+            (self._decoded[0] | self._decoded[1]) - prefilling)
         counts = plan_step([Want(len(r.ids) - r.sent, r.split) for r in pending],
                            self.limit, self.budget, decoding)
         chosen = sorted(((r, n) for r, n in zip(pending, counts, strict=True) if n),
                         key=lambda rn: rn[0].seq)
         parts = [Part(r.seq, r.ids[r.sent : r.sent + n], r.rows) for r, n in chosen]
-        self._busy = True
         self._cond.release()
         outs: list[np.ndarray] = []
         error: BaseException | None = None
@@ -226,14 +259,13 @@ class Batcher:
             error = exc
         finally:
             self._cond.acquire()
-            self._busy = False
             self._last_end = time.monotonic()
         self._settle(chosen, outs, error)
-        self._cond.notify_all()
 
     def _settle(self, chosen: list[tuple[_Request, int]], outs: list[np.ndarray],
                 error: BaseException | None) -> None:
         """Hand each request of the step its rows (or the error); finished ones leave the line."""
+        self._decoded = [self._decoded[1], {r.seq for r, _ in chosen if not r.split}]
         if error is None:
             self._stats.steps += 1
             size = len(chosen)
@@ -243,8 +275,10 @@ class Batcher:
             r.shared = r.shared or len(chosen) > 1
             if error is not None:
                 r.error, r.done = error, True
-                continue
-            r.sent += n
-            r.out = outs[i]
-            r.done = r.sent == len(r.ids)
+            else:
+                r.sent += n
+                r.out = outs[i]
+                r.done = r.sent == len(r.ids)
+            if r.done:
+                r.finished.set()
         self._pending = [r for r in self._pending if not r.done]

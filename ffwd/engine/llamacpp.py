@@ -40,13 +40,14 @@ import ctypes
 import os
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
 from ffwd.engine.attention import AttentionPath, candidates
-from ffwd.engine.batch import Batcher, Part
+from ffwd.engine.batch import Batcher, Decode, Part
 from ffwd.engine.batchcost import observe_step
 from ffwd.engine.llamactx import exact_kv, new_context, reserved_mib
 from ffwd.engine.llamaseq import LlamaSequence, Shared
@@ -65,11 +66,25 @@ from ffwd.engine.threads import BUSY, Contention, ThreadChooser
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 
 
-def _free(lib: Any, batch: Any, ctx: list[Any], model: Any) -> None:
+def _free(lib: Any, batcher: Batcher, batch: Any, ctx: list[Any], model: Any) -> None:
+    batcher.close()
     lib.llama_batch_free(batch)
     if ctx[0] is not None:
         lib.llama_free(ctx[0])
     lib.llama_model_free(model)
+
+
+def _weak(method: Callable[[list[Part]], list[np.ndarray]]) -> Decode:
+    """`method` (a bound method) called through a weak reference to its object."""
+    ref = weakref.WeakMethod(method)
+
+    def call(parts: list[Part]) -> list[np.ndarray]:
+        fn = ref()
+        if fn is None:
+            raise RuntimeError("the model was closed")
+        return fn(parts)
+
+    return call
 
 
 class LlamaCppBackend(LlamaSequence):
@@ -112,11 +127,13 @@ class LlamaCppBackend(LlamaSequence):
         self.paths = candidates(flash_attn, kv_cache, exact)  # the loader times them all
         shared.attention = self.paths[0]
         super().__init__(shared, 0)
-        shared.batcher = Batcher(self._decode_step, limit=n_batch)
+        # The batcher's thread must not keep the backend alive: it calls back weakly.
+        shared.batcher = Batcher(_weak(self._decode_step), limit=n_batch)
         shared.sequences = [self, *(LlamaSequence(shared, i) for i in range(1, parallel))]
         self._ctx: list[Any] = [None]  # the context, reopened by use_attention
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
-        self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
+        self._finalizer = weakref.finalize(self, _free, lib, shared.batcher, self._batch,
+                                           self._ctx, model)
         for i in range(n_batch):  # one sequence per row; which one, each step says
             self._batch.n_seq_id[i] = 1
         self.reserved_mib = self._open(self.paths[0], lines)

@@ -302,6 +302,12 @@ def load_service(
     step("tokenizer")
     backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
     step("weights")
+    if backend.engine == "llama.cpp":
+        # torch only samples here, on each request's thread, and shares llama.cpp's
+        # OpenMP runtime: a team per thread would throttle ggml's (ffwd.engine.batch).
+        import torch
+
+        torch.set_num_threads(1)
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,
         prompt_cache_bytes=prompt_cache_bytes, limits=limits,

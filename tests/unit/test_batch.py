@@ -142,7 +142,9 @@ def test_a_long_prompt_goes_in_budget_chunks_beside_a_decoding_sequence() -> Non
     chunks = [len(p.ids) for step in cache.steps for p in step if p.seq == 1]
     assert sum(chunks) == 200 and max(chunks) <= 16 and got.steps == len(chunks)
     assert got.rows.tolist() == [[1, 199]]  # the prompt's last row only
-    # Alone (the others have left), a prompt goes in chunks of the step's limit.
+    # Two steps after the last decoding one, a prompt alone goes in chunks of the limit.
+    assert batcher.submit(3, list(range(2 * LIMIT)), rows=False, split=True).steps > 1
+    batcher.leave(3)
     alone = batcher.submit(2, list(range(150)), rows=False, split=True)
     assert alone.steps == 3
 
