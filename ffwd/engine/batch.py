@@ -21,7 +21,9 @@ Every step runs on the batcher's own thread (started at the first
 submission). ggml's CPU backend runs a forward on an OpenMP team of the
 calling thread, and each calling thread gets a team of its own: with two
 teams on two cores libgomp throttles the spinning at every ggml barrier, and
-a step took 29 ms instead of 10. One decoding thread keeps one team.
+a step took 29 ms instead of 10. One decoding thread keeps one team (and
+torch, which loads the same runtime, samples on one thread beside it:
+`ffwd.engine.llamacpp.torch_beside_llama`).
 llama.cpp releases the GIL while it decodes, so the others sample meanwhile.
 
 What goes in a step (`plan_step`):

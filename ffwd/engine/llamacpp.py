@@ -74,6 +74,15 @@ def _free(lib: Any, batcher: Batcher, batch: Any, ctx: list[Any], model: Any) ->
     lib.llama_model_free(model)
 
 
+def torch_beside_llama() -> None:
+    """Keep torch on one thread in a process whose llama.cpp forwards run on the batcher's
+    thread while other threads sample (a server, `ffwd generate`). torch loads the same
+    OpenMP runtime as ggml, and each thread that runs a parallel torch op (a softmax over
+    the vocabulary) gets a team: beside the batcher's, libgomp throttles every barrier
+    of ggml's forwards. torch has only sampling to do there."""
+    torch.set_num_threads(1)
+
+
 def _weak(method: Callable[[list[Part]], list[np.ndarray]]) -> Decode:
     """`method` (a bound method) called through a weak reference to its object."""
     ref = weakref.WeakMethod(method)

@@ -303,11 +303,9 @@ def load_service(
     backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
     step("weights")
     if backend.engine == "llama.cpp":
-        # torch only samples here, on each request's thread, and shares llama.cpp's
-        # OpenMP runtime: a team per thread would throttle ggml's (ffwd.engine.batch).
-        import torch
+        from ffwd.engine.llamacpp import torch_beside_llama
 
-        torch.set_num_threads(1)
+        torch_beside_llama()  # torch samples on the requests' threads, beside llama.cpp's
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,
         prompt_cache_bytes=prompt_cache_bytes, limits=limits,
