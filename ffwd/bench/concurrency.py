@@ -12,8 +12,9 @@ default), one ``ffwd serve --parallel P`` serves every ffwd system of the run
 2. ``beside long``: the same short requests while one request of `BESIDE`
    ids (end of text suppressed) decodes;
 3. the mix at 1, 2, 4 and 8 clients: `SHORT` short and `LONG` long requests
-   (prose answers of `LONG_TOKENS` ids) split among the clients, each sending
-   its share one after another: aggregate output ids per second over the
+   (prose answers of `LONG_TOKENS` ids) split among the clients (`shares`: a
+   short and a long one to each in turn), each sending its share one after
+   another: aggregate output ids per second over the
    round's wall time, the median and 95th percentile of a request's latency,
    and the short requests' median latency in the mix;
 4. ``echo`` (the ffwd systems): the echo workload's edits and re-quotes at 1 and
@@ -48,7 +49,7 @@ CLIENTS = (1, 2, 4, 8)
 SHORT, LONG = 4, 4  # requests of each kind in a round of the mix
 SHORT_TOKENS = 24
 LONG_TOKENS, QUICK_LONG_TOKENS = 256, 128
-BESIDE, QUICK_BESIDE = 1000, 256  # the long generation a short request is sent beside
+BESIDE = 1000  # the long generation a short request is sent beside (stopped after them)
 NOTES = (
     "The meeting moved to Thursday at ten; bring the budget figures and the hiring plan.",
     "Our build broke after the dependency upgrade; pinning the old version fixed it.",
@@ -85,17 +86,34 @@ def interleave(a: Sequence[Item], b: Sequence[Item]) -> list[Item]:
     return [x for pair in zip(a, b, strict=True) for x in pair]
 
 
+def shares(items: Sequence[Item], clients: int, group: int = 1) -> list[list[Item]]:
+    """What each of `clients` sends, one after another: `items` taken `group` at a time
+    (a short and a long request: every client sends both kinds), the groups dealt
+    round-robin; with more clients than groups, one request each.
+
+    >>> [[int(x) for x in s] for s in shares(list("01234567"), 2, group=2)]
+    [[0, 1, 4, 5], [2, 3, 6, 7]]
+    >>> [len(s) for s in shares(list("01234567"), 8, group=2)]
+    [1, 1, 1, 1, 1, 1, 1, 1]
+    """
+    groups = [list(items[i : i + group]) for i in range(0, len(items), group)]
+    if clients > len(groups):
+        return [[it] for it in items[:clients]] + [[] for _ in range(clients - len(items))]
+    return [[it for g in groups[k::clients] for it in g] for k in range(clients)]
+
+
 def run_clients(system: System, items: Sequence[Item], clients: int,
-                prompts: Callable[[Item], list[int]]) -> dict[str, Any]:
-    """`items` split among `clients` threads (client k sends items k, k+clients, ...,
-    one after another): the round's wall seconds, output ids and each request's latency."""
+                prompts: Callable[[Item], list[int]], group: int = 1) -> dict[str, Any]:
+    """`items` split among `clients` threads (`shares`), each sending its share one after
+    another: the round's wall seconds, output ids and each request's latency."""
     outcomes: list[tuple[Item, Outcome]] = []
     errors: list[BaseException] = []
     lock = threading.Lock()
+    dealt = shares(items, clients, group)
 
     def client(k: int) -> None:
         try:
-            for it in items[k::clients]:
+            for it in dealt[k]:
                 o = system.run(it, prompts(it))
                 with lock:
                     outcomes.append((it, o))
@@ -234,7 +252,7 @@ def measure(setup: Any, names: Sequence[str], parallels: Sequence[int],
             "load": load, "ffwd_path": service.backend.dtype_name,
             "sizes": {"short": SHORT_TOKENS, "long": _quick(setup, LONG_TOKENS,
                                                            QUICK_LONG_TOKENS),
-                      "beside": _quick(setup, BESIDE, QUICK_BESIDE)}}
+                      "beside": BESIDE}}
 
 
 def _quick(setup: Any, full: int, quick: int) -> int:
@@ -290,7 +308,7 @@ def _one(setup: Any, system: System, kind: str, clients: int, tag: str,
         row["alone"] += [round(system.run(it, prompt(it)).seconds, 4) for it in shorts]
     elif kind == "beside":
         eos = sorted(setup.service.eos_ids)
-        tokens = _quick(setup, BESIDE, QUICK_BESIDE)
+        tokens = BESIDE
         ids = prompt(long_items(tag, tokens)[0])
         with decoding(long_generation(system, ids, eos, tokens)):
             row["beside"] += [round(system.run(it, prompt(it)).seconds, 4) for it in shorts]
@@ -299,7 +317,7 @@ def _one(setup: Any, system: System, kind: str, clients: int, tag: str,
                                                            QUICK_LONG_TOKENS)))
                  if kind == "mix" else tagged(echo, tag))
         row[kind].setdefault(str(clients), []).append(
-            run_clients(system, items, clients, prompt))
+            run_clients(system, items, clients, prompt, group=2 if kind == "mix" else 1))
 
 
 def parallels_default(raw: str | None, default: int) -> list[int]:

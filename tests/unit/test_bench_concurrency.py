@@ -35,9 +35,14 @@ class Counting:
 def test_every_request_of_a_round_runs_once_spread_over_the_clients(clients: int) -> None:
     items = concurrency.interleave(concurrency.short_items("t"), concurrency.long_items("t", 9))
     system = Counting()
-    got = concurrency.run_clients(system, items, clients, lambda it: [1])
+    got = concurrency.run_clients(system, items, clients, lambda it: [1], group=2)
     assert sorted(i for i, _ in system.seen) == sorted(it.id for it in items)
     assert len({t for _, t in system.seen}) == min(clients, len(items))
+    kinds: dict[str, set[str]] = {}
+    for item, thread in system.seen:
+        kinds.setdefault(thread, set()).add(item.split(":")[0])
+    if clients < len(items):  # every client sends short and long requests
+        assert all(k == {"short", "long"} for k in kinds.values())
     assert got["ids"] == sum(int(it.id.split(":")[1]) + 1 for it in items)
     assert len(got["latency"]) == len(items) and len(got["short"]) == concurrency.SHORT
 
