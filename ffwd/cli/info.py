@@ -97,8 +97,18 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
+        "parallel": _parallel(backend, engine, window),
         **(_native(ref, engine) if backend == "llamacpp" else {"cpu": _cpu()}),
     }
+
+
+def _parallel(backend: str, engine: Any, window: int) -> str:
+    """How many requests decode together (`ffwd.engine.batch`)."""
+    if backend != "llamacpp":
+        return "1: the transformers engine runs one request at a time"
+    return (f"{engine.parallel} requests decode together (FFWD_PARALLEL), each with a KV "
+            f"cache of {window} ids, one forward per step; a request's greedy ids under "
+            "--deterministic are the same alone or beside others")
 
 
 def _cpu() -> str:

@@ -97,6 +97,9 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
 
     if isinstance(backend, LlamaCppBackend):
         print(f"llama.cpp: {backend.load.describe()}", file=sys.stderr)
+        print(f"parallel: {service.parallel} requests decode together, each a KV cache of "
+              f"{backend.context_window} ids; prompts go in chunks of {backend.prefill_budget} "
+              "ids per step while others decode", file=sys.stderr)
     print(
         f"ffwd serving {name} on {backend.engine} ({service.format_name} tools, fill "
         f"{service.fill.mode}) at http://{args.host}:{args.port}/v1",
