@@ -33,7 +33,7 @@ What goes in a step (`plan_step`):
 2. prompt chunks (``split`` requests: a prefill, which reads only its last
    row) in arrival order, at most `budget` ids per step while any sequence is
    decoding (it has a forward waiting, or had one in either of the last two
-   steps), so a long prompt does not freeze the other streams (up to `limit`
+   steps and has not left), so a long prompt does not freeze the other streams (up to `limit`
    when no one is);
 3. sorted by sequence, which is how llama.cpp forms micro-batches (a run of
    consecutive sequences, the same number of ids from each).
@@ -183,6 +183,8 @@ class Batcher:
         """`seq` has no more forwards for now: the next steps do not wait for it."""
         with self._cond:
             self._active.discard(seq)
+            for decoded in self._decoded:  # a run that ended decodes no more
+                decoded.discard(seq)
             self._cond.notify_all()
 
     def others(self, seq: int) -> list[int]:

@@ -42,7 +42,7 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     assert set(results["summary"]) == {"tools/required", "tools/auto", "echo", "prose", "agent"}
     report = (out / "report.md").read_text()
     for section in ("## ffwd-echo and llama.cpp's speculation", "## Prefill", "## Contention",
-                    "## Targets", "- llama-server: native"):
+                    "## Concurrency", "## Targets", "- llama-server: native"):
         assert section in report
     items = results["settings"]["items"]
     prefill = prefill_systems(ran)
@@ -62,6 +62,7 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     assert "all workloads: ffwd-off vs llama-server (decode tok/s)" in targets
     assert "prefill cold:1k: ffwd-off vs llama-server (time to first token)" in targets
     assert "contention: ffwd-off beside ffwd vs alone" in targets
+    assert "concurrency: a short request beside a long generation vs alone" in targets
     assert (out / "speedup.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
