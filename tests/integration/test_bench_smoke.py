@@ -39,7 +39,8 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     # the peer is built like the engine: the same instruction sets
     assert env["llama_server"]["kind"] == "native"
     assert env["llama_server"]["system_info"] == env["llama_cpp_system_info"]
-    assert set(results["summary"]) == {"tools/required", "tools/auto", "echo", "prose", "agent"}
+    assert set(results["summary"]) == {"tools/required", "tools/auto", "echo", "prose", "agent",
+                                       "repeat"}
     report = (out / "report.md").read_text()
     for section in ("## ffwd-echo and llama.cpp's speculation", "## Prefill", "## Contention",
                     "## Concurrency", "## Targets", "- llama-server: native"):

@@ -93,13 +93,15 @@ def test_whole_spans_give_exact_counts(service: ModelService) -> None:
 
     again = ask(service, "carol", whole)
     assert again.token_ids == first.token_ids
-    # One sampled id, then spans of the span cap (64), each verify forward giving the id
-    # after its span for free: every copied id is recalled and kept, and one forward per
-    # span follows the prefill's (the prompt fits one forward).
-    spans, left = [], n - 1
-    while left > 0:
-        spans.append(min(64, left))
-        left -= spans[-1] + 1
-    assert again.stats.span_lens == spans == [64, 42]
-    assert (again.stats.recall, again.stats.verify_rejected) == (sum(spans), 0)
+    # One sampled id, then spans of at most the span cap (64), the first a whole one
+    # (recall's match reaches back through the prompt), each verify forward giving the id
+    # after its span for free: every copied id is kept, and one forward per span follows
+    # the prefill's (the prompt fits one forward). A copy cut at a delimiter (a closing
+    # quote) ends a span early, so how many spans depends on the text: on the exact
+    # paths measured here q8_0 wrote 103 ids in spans [64, 2, 34], bf16 108 in [64, 42].
+    spans = again.stats.span_lens
+    assert spans[0] == 64 and max(spans) == 64 and again.origins[:2] == ["sampled", "recall"]
+    assert again.origins.count("sampled") + sum(spans) == n
+    assert (copied(again), again.stats.verify_rejected) == (sum(spans), 0)
+    assert again.stats.recall >= 0.8 * n
     assert again.forward_calls == 1 + len(spans) < first.forward_calls
