@@ -74,7 +74,9 @@ def check_prefill(rows: dict[str, dict[str, dict[str, Any]]], systems: list[str]
     assert list(rows) == ["cold:1k", "turn:1", "turn:2", "turn:3"]
     assert all(list(by_system) == systems for by_system in rows.values())
     for name in ("ffwd-off", "ffwd-off:deterministic", "llama-server"):
-        assert rows["cold:1k"][name]["cached"] == 0
+        # Cold: the flush leaves nothing of the prompt cached. ffwd's other sequences
+        # (--parallel) may still start with the chat template's opening id.
+        assert rows["cold:1k"][name]["cached"] <= (1 if name.startswith("ffwd") else 0)
         for turn in ("turn:2", "turn:3"):
             assert 0 < rows[turn][name]["cached"] < rows[turn][name]["prompt_tokens"]
 
