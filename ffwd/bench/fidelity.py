@@ -42,11 +42,13 @@ def correctness(
 ) -> dict[str, Any]:
     """The identity checks, and an explanation of every item where ffwd-off and a peer differ.
 
-    A forced call (tool_choice=required) goes through the strict tier: there
-    ffwd-echo must match ffwd-strict; ffwd-off decodes plainly and may not call.
+    A forced call (tool_choice=required, or one naming the function) goes through
+    the strict tier: there ffwd-echo must match ffwd-strict; ffwd-off decodes
+    plainly and may not call.
     """
-    free = [it for it in items if it.tool_choice != "required"]
-    forced = [it for it in items if it.tool_choice == "required"]
+    forced = [it for it in items if it.tool_choice == "required"
+              or isinstance(it.tool_choice, dict)]
+    free = [it for it in items if it not in forced]
     out: dict[str, Any] = {}
     for suffix in variants(outputs):  # each setup's fill modes against each other
         out |= {

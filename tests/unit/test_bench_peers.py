@@ -141,3 +141,12 @@ def test_fill_identity_is_checked_within_each_setup() -> None:
     assert "| ffwd-echo:deterministic == ffwd-off:deterministic | echo | 100% | 1 |" in lines
     assert "| ffwd-echo == ffwd-off | echo | 0% | 1 |" in lines
     assert "| ffwd-off == llama-server | echo | 100% | 1 |" in lines
+
+
+def test_a_call_naming_its_function_is_forced_like_required() -> None:
+    a, b = {"content": "", "calls": ["f(1)"]}, {"content": "", "calls": ["f(2)"]}
+    outputs = {"repeat n": {"ffwd-off": a, "ffwd-echo": b, "ffwd-strict": b}}
+    named = Item("repeat", "n", [], 4, tool_choice={"type": "function",
+                                                    "function": {"name": "f"}})
+    c = correctness([named], outputs, {}, None, {})
+    assert c["echo_vs_off"] == {} and c["echo_vs_strict"] == {"repeat": (1, 1)}
