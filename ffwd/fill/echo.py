@@ -6,8 +6,9 @@ forward from those earlier occurrences, nearest first, and keeps a token only
 while every occurrence still being walked agrees on it. Where they disagree the
 history has forked: the span stops there and is marked ``branch_stop``. Strong
 evidence wins over weak: when some occurrences match the present at least
-`STRONG` ids back, only those are walked (`strongest`), so a passage quoted
-word for word is not stopped by a short, unrelated match that forks from it.
+`STRONG` ids back, only those that match furthest back are walked
+(`strongest`), so a passage quoted word for word is not stopped by a short,
+unrelated match that forks from it.
 
 Worked example (k=2)::
 
@@ -32,7 +33,7 @@ ids; older ones are forgotten.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ffwd.fill.proposal import Proposal, TokenView
@@ -43,15 +44,27 @@ RUN_CAP = 64  # the run a proposal reports is measured this far back at most
 STRONG = 16
 
 
-def strongest(runs: Sequence[int], strong: int = STRONG) -> list[int]:
-    """Which candidate occurrences (by their runs) a copy walks: all of them, unless some
-    match the present at least `strong` ids back; then only those.
+def strongest(runs: Sequence[int], longer: Callable[[int], int] | None = None,
+              strong: int = STRONG) -> list[int]:
+    """Which candidate occurrences (by their runs, measured at most `strong` back) a copy
+    walks: all of them, unless some match the present at least `strong` ids back; then
+    only those, and of those (when `longer` measures candidate i's run further back) the
+    ones that match furthest: the longest context is the most specific one, so a quote
+    that went its own way last time is not overruled by the text it quoted.
 
-    >>> strongest([3, 20, 5, 64]), strongest([3, 5])
+    >>> strongest([3, 16, 5, 16]), strongest([3, 5])
     ([1, 3], [0, 1])
+    >>> strongest([3, 16, 5, 16], longer=lambda i: (0, 30, 0, 64)[i])
+    [3]
     """
     best = [i for i, r in enumerate(runs) if r >= strong]
-    return best or list(range(len(runs)))
+    if not best:
+        return list(range(len(runs)))
+    if longer is None or len(best) == 1:
+        return best
+    full = {i: longer(i) for i in best}
+    top = max(full.values())
+    return [i for i in best if full[i] == top]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +171,9 @@ class EchoSource:
         oldest = self.oldest + k - 1
         starts = [q + 1 for q in bucket if oldest <= q < end]
         if len(starts) > 1:  # a long match outweighs short ones that fork from it
-            starts = [starts[i] for i in strongest([self._run(end, s, STRONG) for s in starts])]
+            runs = [self._run(end, s, STRONG) for s in starts]
+            keep = strongest(runs, lambda i: self._run(end, starts[i]))
+            starts = [starts[i] for i in keep]
         if not starts:
             return None
         starts_0 = starts[0]  # the nearest occurrence kept: its context measures the run

@@ -19,7 +19,9 @@ Occurrences are walked as echo walks them: kept while all agree, except that
 a match at least `STRONG` ids long is not vetoed by shorter ones
 (`ffwd.fill.echo.strongest`): every earlier request shares the template's
 markup, and a repeated one should not stop where another request went its own
-way.
+way. Of the long matches the one reaching furthest back is walked: a request
+whose earlier output quoted its prompt follows that output where it left the
+quoted text, not the text.
 
 Worked example (k=2)::
 
@@ -161,7 +163,8 @@ class RecallSource:
             return None
         found = self.index.lookup(self.tenant, tuple(tail[-cfg.k :]))
         if len(found) > 1:  # a long match outweighs short ones that fork from it
-            found = [found[i] for i in strongest([_run(tail, *f, STRONG) for f in found])]
+            runs = [_run(tail, *f, STRONG) for f in found]
+            found = [found[i] for i in strongest(runs, lambda i: _run(tail, *found[i]))]
         if not found:
             return None
         nearest = found[0]

@@ -96,9 +96,10 @@ def test_whole_spans_give_exact_counts(service: ModelService) -> None:
     # One sampled id, then spans of at most the span cap (64), the first a whole one
     # (recall's match reaches back through the prompt), each verify forward giving the id
     # after its span for free: every copied id is kept, and one forward per span follows
-    # the prefill's (the prompt fits one forward). A copy cut at a delimiter (a closing
-    # quote) ends a span early, so how many spans depends on the text: on the exact
-    # paths measured here q8_0 wrote 103 ids in spans [64, 2, 34], bf16 108 in [64, 42].
+    # the prefill's (the prompt fits one forward). Where the first output left the quoted
+    # code, recall follows the output (its match reaches furthest back), not the prompt's
+    # text that echo would copy. How many spans depends on the text: on the exact paths
+    # measured here q8_0 wrote 103 ids in spans [64, 37], bf16 108 in [64, 42].
     spans = again.stats.span_lens
     assert spans[0] == 64 and max(spans) == 64 and again.origins[:2] == ["sampled", "recall"]
     assert again.origins.count("sampled") + sum(spans) == n
