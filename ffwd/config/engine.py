@@ -83,18 +83,48 @@ def resolve_gpu_layers(raw: object) -> str | int:
         raise SettingError("FFWD_N_GPU_LAYERS", raw, "auto, all or a number of layers") from None
 
 
-# OpenMP threads (llama.cpp's and torch's) spin this many rounds at a barrier before they
-# sleep; libgomp's default, 300000, is what makes two processes on shared cores crawl
-# (ffwd.engine.threads), and 1000 decoded as fast alone on two cores.
-OPENMP_SPIN = "1000"
+# OpenMP threads (llama.cpp's and torch's; ggml's barriers are OpenMP's) spin this many
+# rounds at a barrier before they sleep. libgomp's default, 300000, starves other processes
+# on shared cores (ffwd.engine.threads); 1000 slept at barriers inside every forward, which
+# cost 0.83x of llama-server's decode 2k ids deep. README's "On a shared machine" has the
+# table this was chosen from.
+OPENMP_SPIN = "10000"
+# Set beside GOMP_SPINCOUNT when ffwd set it, so that what ffwd chose is told apart from
+# what the operator chose, in this process and in its children.
+OPENMP_MARK = "FFWD_SET_GOMP_SPINCOUNT"
+PEER = "FFWD_PEER"  # "1" in a peer's environment (the bench's llama-server): no defaults
 
 
 def openmp_defaults(env: MutableMapping[str, str] | None = None) -> None:
-    """Give OpenMP a short spin unless the operator set GOMP_SPINCOUNT or OMP_WAIT_POLICY.
-    Only a library loaded after this reads it: `ffwd/__init__` calls it first thing."""
+    """Give OpenMP a short spin unless the operator set GOMP_SPINCOUNT or OMP_WAIT_POLICY
+    (or this is a peer's process). Only a library loaded after this reads it:
+    `ffwd/__init__` calls it first thing.
+
+    >>> env = {}; openmp_defaults(env); env["GOMP_SPINCOUNT"]
+    '10000'
+    >>> env = {"GOMP_SPINCOUNT": "300000"}; openmp_defaults(env); env
+    {'GOMP_SPINCOUNT': '300000'}
+    """
     env = os.environ if env is None else env
-    if "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env:
-        env["GOMP_SPINCOUNT"] = OPENMP_SPIN
+    if "GOMP_SPINCOUNT" not in env and "OMP_WAIT_POLICY" not in env and env.get(PEER) != "1":
+        env["GOMP_SPINCOUNT"] = env[OPENMP_MARK] = OPENMP_SPIN
+
+
+def peer_environment(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a peer (llama-server in `ffwd bench`) runs in: the operator's, without
+    the OpenMP spin ffwd set for itself, so that the peer runs at its own default.
+
+    >>> env = {"PATH": "/bin"}; openmp_defaults(env); peer_environment(env)
+    {'PATH': '/bin', 'FFWD_PEER': '1'}
+    >>> peer_environment({"GOMP_SPINCOUNT": "5000"})["GOMP_SPINCOUNT"]
+    '5000'
+    """
+    out = dict(os.environ if env is None else env)
+    if OPENMP_MARK in out and out.get("GOMP_SPINCOUNT") == out[OPENMP_MARK]:
+        del out["GOMP_SPINCOUNT"]
+    out.pop(OPENMP_MARK, None)
+    out[PEER] = "1"
+    return out
 
 
 _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {

@@ -150,3 +150,30 @@ def test_a_call_naming_its_function_is_forced_like_required() -> None:
                                                     "function": {"name": "f"}})
     c = correctness([named], outputs, {}, None, {})
     assert c["echo_vs_off"] == {} and c["echo_vs_strict"] == {"repeat": (1, 1)}
+
+
+def test_llama_server_runs_at_its_own_openmp_default(
+    monkeypatch: pytest.MonkeyPatch, venv: Path
+) -> None:
+    """ffwd shortens OpenMP's spin for itself; a peer must not inherit that (with it, llama-server
+    decoded the agent workload at 0.86x its own default here), but the operator's own
+    setting reaches both."""
+    envs: list[dict[str, str]] = []
+
+    def child(label: str, cmd: list[str], port: int, **kw: Any) -> None:
+        envs.append(kw["env"])
+
+    monkeypatch.setattr(servers, "ChildServer", child)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("FFWD_PEER", raising=False)
+    from ffwd.config.engine import OPENMP_MARK, openmp_defaults
+
+    monkeypatch.delenv(OPENMP_MARK, raising=False)
+    openmp_defaults()  # as `import ffwd` did in this process
+    servers.llama_server("m.gguf", 2, 8192, 512)
+    assert "GOMP_SPINCOUNT" not in envs[-1] and envs[-1]["FFWD_PEER"] == "1"
+    monkeypatch.setenv("GOMP_SPINCOUNT", "20000")  # the operator's
+    monkeypatch.delenv(OPENMP_MARK)
+    servers.llama_server("m.gguf", 2, 8192, 512)
+    assert envs[-1]["GOMP_SPINCOUNT"] == "20000"

@@ -113,11 +113,13 @@ def llama_server(
     flash: str | None = None, parallel: int = 1,
 ) -> ChildServer:
     """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off);
-    `flash`: its -fa setting (None: its default); `parallel` slots of `n_ctx` ids each."""
+    `flash`: its -fa setting (None: its default); `parallel` slots of `n_ctx` ids each.
+    It runs in the operator's environment, not ffwd's OpenMP spin (`peer_environment`)."""
     from ffwd.bench.systems.llama_server import command
+    from ffwd.config.engine import peer_environment
 
     port = free_port()
     cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash, parallel)
     name = "-".join(["llama-server", *([f"fa-{flash}"] if flash else []),
                      *([spec] if spec else [])])
-    return ChildServer(name, cmd, port)
+    return ChildServer(name, cmd, port, env=peer_environment())
