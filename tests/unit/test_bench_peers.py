@@ -155,9 +155,8 @@ def test_a_call_naming_its_function_is_forced_like_required() -> None:
 def test_llama_server_runs_at_its_own_openmp_default(
     monkeypatch: pytest.MonkeyPatch, venv: Path
 ) -> None:
-    """ffwd shortens OpenMP's spin for itself; a peer must not inherit that (with it, llama-server
-    decoded the agent workload at 0.86x its own default here), but the operator's own
-    setting reaches both."""
+    """ffwd shortens OpenMP's spin for itself; a peer must not inherit that (it slows
+    llama-server's decode), but the operator's own setting reaches both."""
     envs: list[dict[str, str]] = []
 
     def child(label: str, cmd: list[str], port: int, **kw: Any) -> None:
