@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
@@ -108,7 +109,11 @@ def test_429_only_when_every_worker_and_the_line_are_busy_and_metrics_say_so() -
     svc = Gated(parallel=2)
     app = create_app(svc, max_queue=1)
     codes: list[int] = []
-    with TestClient(app) as c:
+    with ExitStack() as stack:
+        c = stack.enter_context(TestClient(app))
+        # a failed check must not leave the gated runs holding the client's exit forever
+        stack.callback(lambda: [svc.let_go(n) for n in ("r1", "r2", "r3")])
+
         def call(name: str) -> None:
             body = {**CHAT, "messages": [{"role": "user", "content": name}]}
             codes.append(c.post("/v1/chat/completions", json=body,
