@@ -4,7 +4,7 @@
   `report`, `latency` (the prefill rows), `targets` and `fidelity` turn its
   records into numbers, verdicts and the report; `contention` measures decode
   beside other work; `environment` records the machine and each system's
-  build; ``python -m ffwd.bench.readme`` writes README's section.
+  build; ``python -m ffwd.bench.readme`` writes docs/performance.md's tables.
 * `workloads`: the items (BFCL tool calls, echo, prose, agent conversations,
   long prompts for prefill).
 * `systems`: what is compared (ffwd over HTTP in either mode, llama.cpp's

@@ -1,6 +1,6 @@
-"""README's performance section from ``ffwd bench`` result directories.
+"""The performance tables of docs/performance.md from ``ffwd bench`` result directories.
 
-    python -m ffwd.bench.readme DIR [DIR ...] [--readme README.md] [--plot PNG]
+    python -m ffwd.bench.readme DIR [DIR ...] [--readme docs/performance.md] [--plot PNG]
 
 Each DIR is an ``ffwd bench --out DIR`` (its ``results.json``). For every run,
 in the order given: the command, the machine and load averages, what each
