@@ -213,7 +213,7 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
 
 
 def _llama_dtype(path: str) -> str:
-    """`LlamaCppBackend.dtype_name` for an attention path's name."""
+    """`LlamaSequence.dtype_name` for an attention path's name."""
     flash, _, kv = path.partition("/")
     return f"gguf-kv-{kv}" + ("" if flash == "flash" else "-noflash")
 

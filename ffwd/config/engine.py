@@ -97,8 +97,8 @@ PEER = "FFWD_PEER"  # "1" in a peer's environment (the bench's llama-server): no
 
 def openmp_defaults(env: MutableMapping[str, str] | None = None) -> None:
     """Give OpenMP a short spin unless the operator set GOMP_SPINCOUNT or OMP_WAIT_POLICY
-    (or this is a peer's process). Only a library loaded after this reads it:
-    `ffwd/__init__` calls it first thing.
+    (or this is a peer's process). Only a library loaded after this reads it: the
+    command line (`ffwd.cli.main`) calls it first thing.
 
     >>> env = {}; openmp_defaults(env); env["GOMP_SPINCOUNT"]
     '10000'

@@ -112,9 +112,11 @@ class GenerationResult:
         return block if self.replica is None else {**block, "replica": self.replica}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenEvent:
-    """One emitted id, or the end of the stream (see the module docstring).
+    """One emitted id, or the end of the stream (see the module docstring). The loop
+    makes it and the text layer fills in its text (`ffwd.engine.text.OutputText.feed`):
+    one object per id, never changed once it has left the engine.
 
     `logprob` is the model's own log-probability of `id` (raw logits, before any
     sampling setting), None when the request did not ask; `top` the best ids at

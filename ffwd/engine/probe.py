@@ -58,21 +58,21 @@ def exit_message(returncode: int, stderr: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from ffwd.engine.llamacpp import LlamaCppBackend
+    from ffwd.engine.llamacpp import LlamaContext
 
-    backend = LlamaCppBackend(args.path, n_ctx=256, threads=args.threads,
-                              kv_cache=args.kv_cache, n_gpu_layers=args.n_gpu_layers,
-                              flash_attn=args.flash_attn, deterministic=args.deterministic)
-    vocab = backend.vocab_size
-    ids = [(7 * i + 3) % vocab for i in range(PROBE_IDS)]
-    for i, path in enumerate(backend.paths):
+    ctx = LlamaContext(args.path, n_ctx=256, threads=args.threads, kv_cache=args.kv_cache,
+                       n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn,
+                       deterministic=args.deterministic)
+    backend = ctx.sequences[0]
+    ids = [(7 * i + 3) % backend.vocab_size for i in range(PROBE_IDS)]
+    for i, path in enumerate(ctx.paths):
         if i:
-            backend.use_attention(path)
+            ctx.use_attention(path)
         backend.prefill(ids)
         backend.forward(ids[:8])
         backend.append(ids[:1])
-    print(json.dumps(backend.load.as_dict()))
-    backend.close()
+    print(json.dumps(ctx.load.as_dict()))
+    ctx.close()
 
 
 def main(argv: list[str] | None = None) -> int:
