@@ -11,7 +11,7 @@ first configuration):
 * ``deterministic``: ``--deterministic`` (q8_0, or bf16 where heads do not fit).
 * ``guard``: the default with the weights kept out of the CPU's extra buffer
   types, as the AMX guard does on a library built with ggml's AMX kernels
-  (`ffwd.engine.native.extra_buffers`): what losing REPACK costs.
+  (`ffwd.engine.llama.native.extra_buffers`): what losing REPACK costs.
 
 Each prompt is random ids, prefilled into an empty cache (time to first
 token without sampling); then 32 one-id steps and 8 forwards of 16 ids after
@@ -33,8 +33,8 @@ CONFIGS = ("default", "deterministic", "guard")
 
 
 def load(path: str, config: str, threads: int, context: int) -> Any:
-    from ffwd.engine import native
-    from ffwd.engine.llamacpp import open_llama
+    from ffwd.engine.llama import native
+    from ffwd.engine.llama.context import open_llama
 
     if config == "guard":
         kept = native.extra_buffers

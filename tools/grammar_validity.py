@@ -27,7 +27,7 @@ import jsonschema
 
 from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.config import FillConfig
-from ffwd.engine.generate import drive
+from ffwd.engine.core.generate import drive
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.service import ModelService
 from ffwd.templates.formats import FORMATS

@@ -121,7 +121,7 @@ def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str,
              flash: str) -> Any:
     """A bare backend (no cost surface: nothing here sizes spans by it)."""
     if engine == "llamacpp":
-        from ffwd.engine.llamacpp import open_llama
+        from ffwd.engine.llama.context import open_llama
 
         return open_llama(ref.path, threads=threads, kv_cache=kv_cache, flash_attn=flash)
     from ffwd.engine.hf import HFBackend

@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ffwd.engine.generate import generate
-    from ffwd.engine.sampling import SamplingParams
+    from ffwd.engine.core.generate import generate
+    from ffwd.engine.sample.sampling import SamplingParams
     from ffwd.fill import FillPlan
     from ffwd.models import load_backend, load_tokenizer, resolve_model
 

@@ -93,7 +93,7 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
               + "\n".join(lines), file=sys.stderr)
     if backend.cost is not None:
         print(f"forward cost: {backend.cost.describe()}", file=sys.stderr)
-    from ffwd.engine.llamacpp import LlamaContext
+    from ffwd.engine.llama.context import LlamaContext
 
     if isinstance(ctx := backend.context, LlamaContext):
         print(f"llama.cpp: {ctx.load.describe()}", file=sys.stderr)

@@ -30,7 +30,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from ffwd.deploy.router import StatsCollector
 from ffwd.deploy.spec import DeploySpec
-from ffwd.engine.scheduler import Item
+from ffwd.engine.core.scheduler import Item
 from ffwd.serve.access import configure_logging
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import APIError, as_api_error, server_error

@@ -51,9 +51,9 @@ from typing import Protocol
 
 import torch
 
-from ffwd.engine.attention import AttentionTable
-from ffwd.engine.batch import BatchStats, Part
-from ffwd.engine.cost import CostSurface, Pricing
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionTable
 from ffwd.fill.prefix import common_prefix
 
 

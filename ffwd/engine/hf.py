@@ -34,7 +34,6 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-from ffwd.engine.attention import AttentionTable
 from ffwd.engine.backend import (
     CacheBookkeeping,
     CacheState,
@@ -42,8 +41,9 @@ from ffwd.engine.backend import (
     check_rewind,
     keep_common_prefix,
 )
-from ffwd.engine.batch import BatchStats, Part
-from ffwd.engine.cost import CostSurface, Pricing
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionTable
 
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})

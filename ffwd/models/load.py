@@ -24,7 +24,7 @@ from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
 from ffwd.models.weights import load_model, pick_device
 
 if TYPE_CHECKING:
-    from ffwd.engine.native import LoadReport
+    from ffwd.engine.llama.native import LoadReport
 
 
 log = logging.getLogger("ffwd.models")
@@ -59,14 +59,14 @@ def load_backend(
 
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
     `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
-    surface (and on llama.cpp the attention path, `ffwd.engine.attention`) comes
+    surface (and on llama.cpp the attention path, `ffwd.engine.llama.attention`) comes
     from the cache unless `measure_cost` asks for a new measurement; `progress`
     hears what a measurement is doing. `deterministic` takes the exact path.
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
     if engine_for(ref, backend, dev) == "llamacpp":
-        from ffwd.engine.llamacpp import open_llama
+        from ffwd.engine.llama.context import open_llama
 
         check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
                      deterministic=deterministic, flash_attn=flash_attn)
@@ -111,9 +111,9 @@ def choose_attention(engine: Any, path: Path, refresh: bool,
                      progress: Callable[[str], None] | None) -> None:
     """Put `engine` on the attention path measured fastest here (cached at `path`), with
     that path's cost surface; a first measurement says what it does through `progress`."""
-    from ffwd.engine.attention import AttentionPath, Mix
-    from ffwd.engine.measure import measure_paths
-    from ffwd.engine.native import available_mib
+    from ffwd.engine.cost.measure import measure_paths
+    from ffwd.engine.llama.attention import AttentionPath, Mix
+    from ffwd.engine.llama.native import available_mib
 
     ctx = engine.context
 
@@ -133,11 +133,11 @@ def choose_attention(engine: Any, path: Path, refresh: bool,
 
 def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
                  deterministic: bool = False, flash_attn: str = "auto") -> LoadReport:
-    """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.probe`),
+    """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.llama.probe`),
     and say where it put the weights and the cache; raise `EngineFailure` with what
     failed and what to do. A success is cached per library build, CPU, model and settings."""
-    from ffwd.engine.native import LoadReport, cpu_model, system_info
-    from ffwd.engine.probe import first_forward
+    from ffwd.engine.llama.native import LoadReport, cpu_model, system_info
+    from ffwd.engine.llama.probe import first_forward
 
     line = system_info()
     key = hashlib.sha256("\n".join(map(str, (
@@ -170,7 +170,7 @@ def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> st
     requested, gguf = resolve_backend(backend), ref.gguf_file is not None
     offload = False
     if gguf and requested != "transformers":
-        from ffwd.engine.native import gpu_offload
+        from ffwd.engine.llama.native import gpu_offload
 
         offload = gpu_offload()
     return choose_backend(requested, gguf=gguf, device=pick_device(device), gpu_offload=offload)

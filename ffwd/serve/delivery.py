@@ -20,8 +20,8 @@ from typing import Any, Protocol
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ffwd.engine.core.scheduler import Item
 from ffwd.engine.events import GenerationResult, TokenEvent
-from ffwd.engine.scheduler import Item
 from ffwd.serve.errors import APIError, as_api_error, server_error
 from ffwd.serve.execute import Executor, Job
 from ffwd.serve.metrics import Metrics

@@ -11,8 +11,8 @@ running it (Anthropic's ``count_tokens``), and `model_info()` says what the
 model offers (``/v1/models``).
 
 `LocalExecutor` runs a `Service` in this process: `start` prepares the
-request on the event loop's thread pool (`Service.prepare`) and submits it
-to the engine's loop (`ffwd.engine.scheduler.Engine`, one thread that steps
+request on the event loop's thread pool (`Service.prepare`), which submits it
+to the engine's loop (`ffwd.engine.core.scheduler.Engine`, one thread that steps
 every sequence of the model), whose items come back in one hand-off per step
 (`LoopChannel`). `ffwd.deploy` runs one on each Ray Serve replica and puts an
 executor over the replicas' handle behind the same app.
@@ -29,9 +29,9 @@ from typing import Any, Protocol
 from starlette.concurrency import run_in_threadpool
 
 from ffwd.engine.backend import Backend, Context
-from ffwd.engine.loop import Steps
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.scheduler import Engine, Item, QueueFull, Run
+from ffwd.engine.core.decode import Steps
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.core.scheduler import Engine, Item, QueueFull, Run
 from ffwd.serve.errors import APIError
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
@@ -177,16 +177,22 @@ class LocalExecutor:
         return await run_in_threadpool(self.service.count_tokens, req)
 
     async def start(self, req: GenerationRequest, deliver: Deliver) -> Started:
-        prepared = await run_in_threadpool(self.service.prepare, req)
+        channel = LoopChannel(asyncio.get_running_loop())
+        return Started(await run_in_threadpool(self._submit, req, deliver, channel))
+
+    def _submit(self, req: GenerationRequest, deliver: Deliver, channel: LoopChannel) -> Run:
+        """Prepare `req` and hand it to the engine, from the thread pool: the run goes from
+        here to the engine's thread, not back through the event loop first."""
+        prepared = self.service.prepare(req)
         run = Run(self.service.prompt(prepared),
                   lambda seq, cancelled: self.service.steps(prepared, seq, cancelled),
-                  LoopChannel(asyncio.get_running_loop()), deliver, stream=req.stream,
-                  tenant=req.context.tenant, request_id=req.context.request_id or req.id)
+                  channel, deliver, stream=req.stream, tenant=req.context.tenant,
+                  request_id=req.context.request_id or req.id)
         try:
             self.engine.submit(run)
         except QueueFull as exc:
             raise queue_full(f"the server is busy: {exc}; retry later") from None
-        return Started(run)
+        return run
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the engine's loop once the runs queued before are done."""

@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ffwd.engine.batch import BatchStats
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.core.batch import BatchStats
+from ffwd.engine.core.generate import GenerationResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
@@ -58,7 +58,7 @@ class _BatchSizes(Collector):
 
 
 class EngineView(Protocol):
-    """What /metrics reads live of the engine's loop (`ffwd.engine.scheduler.Engine`)."""
+    """What /metrics reads live of the engine's loop (`ffwd.engine.core.scheduler.Engine`)."""
 
     @property
     def depth(self) -> int: ...

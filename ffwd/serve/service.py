@@ -6,7 +6,7 @@ sampling, limits, fill settings, compiled tool rows, how calls are read, the
 request's grammar), raising `APIError` for anything the client got wrong: a
 schema llguidance cannot compile is a 400 naming the tool or
 ``response_format``. `steps` is the prepared run on the sequence the engine's
-loop gave it (`ffwd.engine.generate.stream_steps`); the request (prompt and
+loop gave it (`ffwd.engine.core.generate.stream_steps`); the request (prompt and
 output) then joins its tenant's earlier ones (`ffwd.fill.recall`).
 `count_tokens` and `model_info` answer what the server asks without running
 anything (`execute.Service`).
@@ -29,13 +29,13 @@ from ffwd.config import (
     TokenLimits,
 )
 from ffwd.engine.backend import Backend, Context
+from ffwd.engine.core.decode import Steps
+from ffwd.engine.core.generate import Prepared, stream_steps
+from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.engine.events import GenerationResult
-from ffwd.engine.generate import Prepared, stream_steps
-from ffwd.engine.loop import Steps
 from ffwd.engine.promise import loaded_promise
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.sampling import SamplingParams
-from ffwd.engine.text import ToolCalls
+from ffwd.engine.sample.sampling import SamplingParams
+from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.fill.recall import RecallConfig, RecallIndex
 from ffwd.fill.spans import SharedAcceptance

@@ -24,7 +24,7 @@ CHUNK = 64  # ids per prefill forward (and the most per forward) in every case
 
 
 def _offloads() -> bool:
-    from ffwd.engine.native import gpu_offload
+    from ffwd.engine.llama.native import gpu_offload
 
     return gpu_offload()
 
@@ -56,7 +56,7 @@ def make_backend(case: str, eos: Sequence[int] = ()) -> Any:
     kind, family = case.split(":")
     if kind == "transformers":
         return tiny_backend(family, eos=eos)
-    from ffwd.engine.llamacpp import LlamaContext
+    from ffwd.engine.llama.context import LlamaContext
 
     if len(eos) > 1:
         raise ValueError("the tiny GGUF files declare at most one EOS id")

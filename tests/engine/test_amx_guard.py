@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from ffwd.engine import llamacpp, native
-from ffwd.engine.llamacpp import LlamaContext
+from ffwd.engine.llama import context as llamacpp
+from ffwd.engine.llama import native
+from ffwd.engine.llama.context import LlamaContext
 from tools.random_gguf import write
 
 AMX_LINE = "CPU : AVX2 = 1 | AVX512 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | REPACK = 1 |"

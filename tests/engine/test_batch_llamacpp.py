@@ -19,13 +19,13 @@ import torch
 
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
-from ffwd.engine.batch import Forward
-from ffwd.engine.generate import Prepared, drive, stream_steps
-from ffwd.engine.llamacpp import LlamaContext
-from ffwd.engine.loop import fixed_policy
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.scheduler import Engine, Run
-from ffwd.engine.slots import Slots
+from ffwd.engine.core.batch import Forward
+from ffwd.engine.core.decode import fixed_policy
+from ffwd.engine.core.generate import Prepared, drive, stream_steps
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.core.scheduler import Engine, Run
+from ffwd.engine.core.slots import Slots
+from ffwd.engine.llama.context import LlamaContext
 from ffwd.fill import FillPlan
 from tests.engine.backends import CHUNK, _gguf
 from tests.engine.tiny_models import CharTokenizer, repetitive_prompt

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ffwd.engine.native import init_llama
+from ffwd.engine.llama.native import init_llama
 from ffwd.models import check_vocab
 from tests.engine.backends import make_backend
 from tests.engine.tiny_gguf import piece

@@ -1,4 +1,4 @@
-"""llama.cpp's thread count may change between steps (`ffwd.engine.threads`): the count
+"""llama.cpp's thread count may change between steps (`ffwd.engine.llama.threads`): the count
 reaches llama.cpp, and under `deterministic` the logits are the same whatever count a step
 ran on."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from ffwd.engine.llamacpp import LlamaContext
-from ffwd.engine.native import init_llama
+from ffwd.engine.llama.context import LlamaContext
+from ffwd.engine.llama.native import init_llama
 from tests.engine.backends import _gguf
 
 

@@ -11,10 +11,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import ffwd.engine.loop as loop
-from ffwd.engine.generate import drive
-from ffwd.engine.loop import fixed_policy, generate_step
-from ffwd.engine.processors import (
+import ffwd.engine.core.decode as loop
+from ffwd.engine.core.decode import fixed_policy, generate_step
+from ffwd.engine.core.generate import drive
+from ffwd.engine.sample.processors import (
     OutputCounts,
     apply_min_p,
     apply_presence_frequency,
@@ -22,7 +22,7 @@ from ffwd.engine.processors import (
     apply_top_k,
     apply_top_p,
 )
-from ffwd.engine.sampling import Sampler, SamplingParams, SpanVerdict, verify_span
+from ffwd.engine.sample.sampling import Sampler, SamplingParams, SpanVerdict, verify_span
 from ffwd.fill import FillPlan, FillSession, Proposal, TokenView
 from tests.engine.tiny_models import tiny_backend
 

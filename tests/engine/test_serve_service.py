@@ -13,8 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ffwd.config import FillConfig, TokenLimits
+from ffwd.engine.core.generate import drive
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import drive
 from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat

@@ -15,10 +15,10 @@ import pytest
 from ffwd.bench import agreement
 from ffwd.cli import main as ffwd_main
 from ffwd.config import FillConfig
-from ffwd.engine.generate import generate
-from ffwd.engine.llamacpp import LlamaContext
-from ffwd.engine.loop import fixed_policy
-from ffwd.engine.text import ToolCalls
+from ffwd.engine.core.decode import fixed_policy
+from ffwd.engine.core.generate import generate
+from ffwd.engine.llama.context import LlamaContext
+from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.models import check_vocab, load_backend, load_tokenizer
 from ffwd.templates.render import encode_prompt, render_chat, resolve_template

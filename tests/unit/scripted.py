@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from ffwd.engine.batch import BatchStats, Forward, Part
+from ffwd.engine.core.batch import BatchStats, Forward, Part
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.core.scheduler import Item
 from ffwd.engine.events import (
     Alternative,
     FinishReason,
@@ -19,8 +21,6 @@ from ffwd.engine.events import (
     TokenEvent,
     TokenOrigin,
 )
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.scheduler import Item
 from ffwd.fill import FillStats
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolCallDelta

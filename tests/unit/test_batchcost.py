@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.engine.batchcost import (
+from ffwd.engine.cost.batched import (
     SequenceCost,
     batch_price,
     observe_parts,
     parts_ms,
     prefill_budget,
 )
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.cost.surface import CostSurface
 from ffwd.fill.spans import choose_span
 
 # Two CPU cores with the embedded model (ms per forward, last row; rows alike here).

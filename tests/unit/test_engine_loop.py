@@ -4,7 +4,7 @@ step, each its own rows; prompt chunks within the budget; failures; the waiting 
 The scripted context (`Cache`) keeps each sequence's positions as a cache would and
 answers row j of a part with (sequence, position), so a row handed to the wrong
 sequence, an id forwarded twice or one lost shows in the rows or the positions. Runs are
-scripted steps (what `ffwd.engine.generate.stream_steps` is to a model): they yield
+scripted steps (what `ffwd.engine.core.generate.stream_steps` is to a model): they yield
 `Forward`s and check the rows they are sent.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import torch
 
-from ffwd.engine.batch import BatchStats, Forward, Part
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.scheduler import Engine, QueueFull, Run
+from ffwd.engine.core.batch import BatchStats, Forward, Part
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.core.scheduler import Engine, QueueFull, Run
 from tests.unit.scripted import Got, Here, ScriptedSequence, result
 
 LIMIT = 64

@@ -103,8 +103,8 @@ def test_info_reports_the_attention_table_once_measured(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import ffwd.models
-    from ffwd.engine.attention import AttentionTable, Measured
-    from ffwd.engine.cost import flat
+    from ffwd.engine.cost.surface import flat
+    from ffwd.engine.llama.attention import AttentionTable, Measured
 
     seen: list[tuple[object, ...]] = []
 
@@ -137,8 +137,8 @@ def test_measure_cost_replaces_a_stale_table(
     import ffwd.models
     import ffwd.models.costs
     import ffwd.models.load
-    from ffwd.engine.attention import AttentionTable, Measured
-    from ffwd.engine.cost import flat
+    from ffwd.engine.cost.surface import flat
+    from ffwd.engine.llama.attention import AttentionTable, Measured
     from ffwd.fill.spans import POINTS
 
     for module in (ffwd.models, ffwd.models.load):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.text import OutputText, ToolCalls
+from ffwd.engine.sample.text import OutputText, ToolCalls
 from ffwd.fill import FillRow
 from ffwd.templates.formats import get_format
 from ffwd.templates.formats.base import ContentDelta, NameSoFar, Rule, ToolCallDelta

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from ffwd.engine.prompt_cache import PromptCache
+from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.fill import common_prefix
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from ffwd.engine.batch import BatchStats
+from ffwd.engine.core.batch import BatchStats
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.execute import LocalExecutor

@@ -1,4 +1,4 @@
-"""The thread-count decision under shared cores (`ffwd.engine.threads`), fed with step
+"""The thread-count decision under shared cores (`ffwd.engine.llama.threads`), fed with step
 times as a quiet machine, a busy one and one that changes gives them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ffwd.engine.threads import MAX_EVERY, Contention, ThreadChooser, candidates
+from ffwd.engine.llama.threads import MAX_EVERY, Contention, ThreadChooser, candidates
 
 Speed = Callable[[int, int], float]  # (step, threads) -> ms
 

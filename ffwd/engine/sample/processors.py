@@ -1,7 +1,7 @@
 """Logits processors: ``(logits, ...) -> logits`` on one float32 row, and the output's
 id counts the penalties read (`OutputCounts`), kept as the output grows.
 
-`ffwd.engine.sampling.Sampler` applies them in a fixed order: the request's mask, logit
+`ffwd.engine.sample.sampling.Sampler` applies them in a fixed order: the request's mask, logit
 bias, penalties, temperature, top-k, top-p, min-p.
 """
 

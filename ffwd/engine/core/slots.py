@@ -19,7 +19,7 @@ the best start there is:
 
 The prefill then forwards only what no cache held. `give_back` frees the
 sequence when its run ends, emptied if the run failed. The engine's loop
-(`ffwd.engine.scheduler`) is the only caller: nothing here is locked.
+(`ffwd.engine.core.scheduler`) is the only caller: nothing here is locked.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ffwd.engine.backend import Backend
-from ffwd.engine.prompt_cache import PromptCache
+from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.fill.prefix import common_prefix
 
 SHARE_MIN = 32  # ids a sibling's cache must save before it is copied

@@ -6,14 +6,14 @@
   parser, the grammar's matcher) each run makes fresh from it.
 * `stream_steps(backend, tokenizer, prepared)` keeps what the cache holds of
   the prompt, asks for the rest as a prompt `Forward`, runs
-  `ffwd.engine.loop.generate_step`, passes each `TokenEvent` through the
+  `ffwd.engine.core.decode.generate_step`, passes each `TokenEvent` through the
   request's `OutputText` (its text, stop strings and tool-call deltas) and
   yields it, with the forwards the steps need; the first event carries what
   the prefill read (`PromptRead`), the last the `GenerationResult`. Every
   stop is decided here, on every emitted id, injected ones included: the
   model's EOS, `max_tokens` (where the loop ends), a stop string, the calls
   the request may make, and a cancelled client. The engine's loop
-  (`ffwd.engine.scheduler`) drives it beside other sequences.
+  (`ffwd.engine.core.scheduler`) drives it beside other sequences.
 * `stream_generate` is the same on one backend alone, on the caller's thread
   (`drive` runs its forwards); `generate` runs it to its result, from the same
   settings given as keywords (for scripts and tests).
@@ -39,16 +39,16 @@ import torch
 
 from ffwd.config import FillConfig
 from ffwd.engine.backend import Backend
-from ffwd.engine.batch import Forward
+from ffwd.engine.core.batch import Forward
+from ffwd.engine.core.decode import SpanPolicy, Steps, T, generate_step
 from ffwd.engine.events import FinishReason, GenerationResult, PromptRead, TokenEvent
-from ffwd.engine.loop import SpanPolicy, Steps, T, generate_step
-from ffwd.engine.sampling import (
+from ffwd.engine.sample.sampling import (
     ConstraintFactory,
     SamplingParams,
     TokenConstraint,
     make_sampler,
 )
-from ffwd.engine.text import OutputText, ToolCalls
+from ffwd.engine.sample.text import OutputText, ToolCalls
 from ffwd.fill import (
     ConstrainingSource,
     FillPlan,
@@ -100,7 +100,7 @@ def stream_steps(
     """`prep`'s events and the forwards they need; the last event carries the result.
 
     `cancelled` is asked after every emitted id; `policy` sizes verify spans
-    (default: the backend's cost curve, `ffwd.engine.loop.default_policy`); `done` hears
+    (default: the backend's cost curve, `ffwd.engine.core.decode.default_policy`); `done` hears
     the result before the last event goes.
     """
     if prep.max_tokens < 1:

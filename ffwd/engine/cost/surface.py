@@ -14,7 +14,7 @@ past the deepest, the last two depths' slope extended (attention grows about
 linearly with depth). Past the backend's `max_append` a forward is impossible
 (``inf``).
 
-The surface comes from `ffwd.engine.measure` (timed forwards at load, cached
+The surface comes from `ffwd.engine.cost.measure` (timed forwards at load, cached
 as JSON by `ffwd.models`); its level follows the forwards the loop really
 makes: each `observe` moves one running factor towards the ratio of what a
 forward took to what the surface predicted at its depth, so a machine that

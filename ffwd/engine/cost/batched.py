@@ -13,7 +13,7 @@ are priced as its share of the step plus what its ids beyond the first add
 `step` counts the weights once for all B ids and each sequence's attention at
 its own depth. The second term is a micro-batch of its own: llama.cpp takes
 the same number of ids from each sequence into one micro-batch, so a
-sequence's extra ids run after the others' single ones (`ffwd.engine.batch`).
+sequence's extra ids run after the others' single ones (`ffwd.engine.core.batch`).
 Alone (B = 1) the price is the surface's own ``c(m)``.
 
 Why a share: `ffwd.fill.spans.choose_span` keeps a plan when its expected ids
@@ -25,7 +25,7 @@ one read of the weights, that bar is high and spans are mostly declined in
 a full batch; on a GPU, where a step of 16 sequences costs about what one
 costs, it is low.
 
-`prefill_budget` is the prompt ids one shared step carries (`ffwd.engine.batch`).
+`prefill_budget` is the prompt ids one shared step carries (`ffwd.engine.core.batch`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ffwd.engine.cost import SMOOTHING, CostSurface, Kind
+from ffwd.engine.cost.surface import SMOOTHING, CostSurface, Kind
 from ffwd.fill.spans import Undo
 
 BUDGET_SLACK = 1.1  # a prefill chunk may cost this much more per id than the cheapest

@@ -1,7 +1,7 @@
 """One sequence of a llama.cpp context: the `Backend` every sequence of ``--parallel N`` is.
 
 A llama.cpp context holds `n_seq` sequences, each with a KV stream of its own
-(`ffwd.engine.llamactx`). `LlamaSequence` is the `Backend` of one of them: its
+(`ffwd.engine.llama.kv`). `LlamaSequence` is the `Backend` of one of them: its
 ids, its forwards (parts of its context's `decode`: one ``llama_decode`` for
 every sequence the engine steps together, or for this one alone when called
 directly), its rewinds (``llama_memory_seq_rm`` on its own sequence), its
@@ -21,7 +21,7 @@ What the cache can do:
   updated in place, so `can_rewind` is False and `checkpoint`/`restore` copy
   the sequence state out and back.
 
-`LlamaContext` (`ffwd.engine.llamacpp`) owns the model, the context and the
+`LlamaContext` (`ffwd.engine.llama.context`) owns the model, the context and the
 sequences, and fills in `Shared`, what they read of it.
 """
 
@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 
-from ffwd.engine.attention import AttentionPath, AttentionTable
 from ffwd.engine.backend import (
     CacheBookkeeping,
     CacheState,
@@ -43,9 +42,10 @@ from ffwd.engine.backend import (
     check_rewind,
     keep_common_prefix,
 )
-from ffwd.engine.batch import Part
-from ffwd.engine.batchcost import SequenceCost
-from ffwd.engine.cost import CostSurface, Pricing
+from ffwd.engine.core.batch import Part
+from ffwd.engine.cost.batched import SequenceCost
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionPath, AttentionTable
 
 
 @dataclass(frozen=True, slots=True)

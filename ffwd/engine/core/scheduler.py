@@ -7,7 +7,7 @@ one thread, the only one that forwards, does everything, in iterations:
 
 1. **admit**: while a sequence is free, the next waiting run starts on it
    (`next_run`: tenants take turns); `Slots` picks the sequence and makes its
-   cache the best start, and the run's steps (`ffwd.engine.generate.
+   cache the best start, and the run's steps (`ffwd.engine.core.generate.
    stream_steps`) go as far as their first forward;
 2. **plan**: every running sequence waits for one `Forward`; `plan_step`
    puts them in one step (prompt chunks within the context's budget while
@@ -39,11 +39,11 @@ from typing import Protocol
 import torch
 
 from ffwd.engine.backend import Backend, Context
-from ffwd.engine.batch import BatchStats, Forward, Part, Want, plan_step
+from ffwd.engine.core.batch import BatchStats, Forward, Part, Want, plan_step
+from ffwd.engine.core.decode import Steps
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.core.slots import Slots
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.loop import Steps
-from ffwd.engine.prompt_cache import PromptCache
-from ffwd.engine.slots import Slots
 
 log = logging.getLogger("ffwd.engine")
 Item = TokenEvent | BaseException | None  # an event, a failure, or None: the run has ended

@@ -1,6 +1,6 @@
 """Sampling: a seeded sampler over the logits processors, and lossless span verification.
 
-The processors (`ffwd.engine.processors`) are functions ``(logits, ...) -> logits`` on
+The processors (`ffwd.engine.sample.processors`) are functions ``(logits, ...) -> logits`` on
 one float32 row; the `Sampler` applies them in a fixed order (the request's `TokenConstraint` mask,
 logit bias, penalties, temperature, top-k, top-p, min-p). The mask comes
 first, so truncation (top-k, top-p) chooses among allowed ids only. A
@@ -40,7 +40,7 @@ from typing import Protocol
 
 import torch
 
-from ffwd.engine.processors import (
+from ffwd.engine.sample.processors import (
     OutputCounts,
     apply_logit_bias,
     apply_min_p,

@@ -3,8 +3,8 @@
 `generate_step` yields a `TokenEvent` per emitted id, sampled or injected, and
 a `Forward` wherever it needs the model: whoever drives it runs that forward
 and sends back its logits (every row, ``(n, vocab)``, or the last row only,
-``(1, vocab)``). The engine's loop (`ffwd.engine.scheduler`) runs the forwards
-of every running sequence in one step; `ffwd.engine.generate.drive` runs one
+``(1, vocab)``). The engine's loop (`ffwd.engine.core.scheduler`) runs the forwards
+of every running sequence in one step; `ffwd.engine.core.generate.drive` runs one
 sequence's forwards on its backend directly (a library caller, a test).
 Everything else the step does to the cache (a rewind, a checkpoint) it calls
 on the backend itself, between forwards. It continues from a prefilled
@@ -39,10 +39,10 @@ from typing import TypeVar
 import torch
 
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.batch import Forward
-from ffwd.engine.cost import Pricing
+from ffwd.engine.core.batch import Forward
+from ffwd.engine.cost.surface import Pricing
 from ffwd.engine.events import Alternative, TokenEvent, TokenOrigin
-from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
+from ffwd.engine.sample.sampling import Sampler, SpanVerdict, verify_span
 from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
 from ffwd.fill.spans import SpanChoice, choose_span, chunk_sizes
 

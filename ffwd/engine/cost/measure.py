@@ -21,7 +21,7 @@ a time, so a machine whose speed drifts skews every point alike (the running
 level corrects the scale later). Leaves the backend's cache empty.
 
 `measure_paths` does this on each attention path a llama.cpp backend can
-reopen on, and chooses one (`ffwd.engine.attention`). `ffwd.models` caches
+reopen on, and chooses one (`ffwd.engine.llama.attention`). `ffwd.models` caches
 the result per model and configuration.
 """
 
@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ffwd.engine.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost import KINDS, CostSurface, Kind
+from ffwd.engine.cost.surface import KINDS, CostSurface, Kind
+from ffwd.engine.llama.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.fill.spans import POINTS, Undo
 
 DEPTHS = (1024, 2048, 4096)  # besides half the context window

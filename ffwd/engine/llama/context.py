@@ -2,18 +2,18 @@
 
 Works on the low-level `llama_cpp` module (not its `Llama` class).
 `LlamaContext` loads the model and opens one context of `parallel` sequences
-(``--parallel N``, `ffwd.engine.llamactx`), each a `LlamaSequence`
-(`ffwd.engine.llamaseq`: ids, rewinds, states, the `Backend`); `open_llama`
+(``--parallel N``, `ffwd.engine.llama.kv`), each a `LlamaSequence`
+(`ffwd.engine.llama.sequence`: ids, rewinds, states, the `Backend`); `open_llama`
 gives the first of them, the one a library caller decodes with. `decode` is
 the `Context`'s one forward: one ``llama_decode`` over every part of a step
-(`ffwd.engine.batch`), through one reusable `llama_batch` whose per-row logits
+(`ffwd.engine.core.batch`), through one reusable `llama_batch` whose per-row logits
 flags ask llama.cpp for exactly the rows each part reads: every row for a
 verify span, the last for anything else. On a 262k vocabulary the output head
 is a large share of a short forward, and each row copied out is 1 MB.
 
 Attention: the context runs on one `AttentionPath` (flash attention on or off,
 the KV cache's type), the first of `paths` until the loader has timed them all
-and picked one (`ffwd.engine.attention`); `use_attention` reopens the context on
+and picked one (`ffwd.engine.llama.attention`); `use_attention` reopens the context on
 another path (every sequence's cache starts empty). Fidelity: with an f16 cache
 and flash attention, a one-id forward over 512 cells or more splits the KV range
 over the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel;
@@ -44,13 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from ffwd.engine.attention import AttentionPath, candidates
-from ffwd.engine.batch import BatchStats, Part
-from ffwd.engine.batchcost import observe_parts, prefill_budget
-from ffwd.engine.cost import CostSurface
-from ffwd.engine.llamactx import exact_kv, new_context, reserved_mib
-from ffwd.engine.llamaseq import LlamaSequence, Shared
-from ffwd.engine.native import (
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.batched import observe_parts, prefill_budget
+from ffwd.engine.cost.surface import CostSurface
+from ffwd.engine.llama.attention import AttentionPath, candidates
+from ffwd.engine.llama.kv import exact_kv, new_context, reserved_mib
+from ffwd.engine.llama.native import (
     LoadReport,
     capture,
     device_key,
@@ -60,7 +59,8 @@ from ffwd.engine.native import (
     load_model,
     system_info,
 )
-from ffwd.engine.threads import BUSY, Contention, ThreadChooser
+from ffwd.engine.llama.sequence import LlamaSequence, Shared
+from ffwd.engine.llama.threads import BUSY, Contention, ThreadChooser
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 
