@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from ffwd.engine.core.scheduler import Item
 from ffwd.engine.events import GenerationResult, TokenEvent
-from ffwd.serve.errors import APIError, as_api_error, server_error
+from ffwd.serve.errors import SHUTTING_DOWN, APIError, as_api_error, server_error
 from ffwd.serve.execute import Executor, Job
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
@@ -104,7 +104,8 @@ async def respond(request: Request, executor: Executor, metrics: Metrics,
             if item is None:  # once, after the run's last event
                 watch.settle()
             elif isinstance(item, BaseException):
-                if as_api_error(item).status >= 500:
+                err = as_api_error(item)
+                if err.status >= 500 and err.code != SHUTTING_DOWN:  # a bug, not a restart
                     metrics.generation_errors.labels(
                         endpoint=metrics.endpoint(request.url.path)).inc()
             elif item.result is not None:  # counted here: cancelled runs have no reader

@@ -14,6 +14,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ffwd.engine.core.scheduler import ShuttingDown
+
+SHUTTING_DOWN = "server_shutting_down"  # the code of a 503 while the server drains
+
 
 class APIError(Exception):
     """An error that reaches the client with its HTTP status and OpenAI shape."""
@@ -82,10 +86,19 @@ def _rebuild(cls: type[APIError], args: tuple[Any, ...], state: dict[str, Any]) 
 
 
 def as_api_error(exc: BaseException) -> APIError:
-    """What a failed generation tells the client (a 500 unless it was an APIError)."""
+    """What a failed generation tells the client (a 500 unless it was an APIError, or the
+    engine draining: a 503 with Retry-After)."""
     if isinstance(exc, APIError):
         return exc
+    if isinstance(exc, ShuttingDown):
+        return shutting_down(str(exc))
     return server_error(f"generation failed: {type(exc).__name__}: {exc}")
+
+
+def shutting_down(message: str) -> APIError:
+    """The server is stopping: a 503 the client may retry (elsewhere, or once it is back)."""
+    return APIError(503, message, type="server_error", code=SHUTTING_DOWN,
+                    headers={"Retry-After": "1"})
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:

@@ -31,8 +31,8 @@ from starlette.concurrency import run_in_threadpool
 from ffwd.engine.backend import Backend, Context
 from ffwd.engine.core.decode import Steps
 from ffwd.engine.core.prompt_cache import PromptCache
-from ffwd.engine.core.scheduler import Engine, Item, QueueFull, Run
-from ffwd.serve.errors import APIError
+from ffwd.engine.core.scheduler import Drained, Engine, Item, QueueFull, Run, ShuttingDown
+from ffwd.serve.errors import APIError, shutting_down
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
 
@@ -192,7 +192,14 @@ class LocalExecutor:
             self.engine.submit(run)
         except QueueFull as exc:
             raise queue_full(f"the server is busy: {exc}; retry later") from None
+        except ShuttingDown as exc:
+            raise shutting_down(str(exc)) from None
         return run
+
+    def drain(self, grace_s: float) -> Drained:
+        """Take no more requests, refuse the waiting ones, give the running ones `grace_s`
+        seconds and cut the rest (`Engine.drain`)."""
+        return self.engine.drain(grace_s)
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the engine's loop once the runs queued before are done."""

@@ -20,7 +20,7 @@ import torch
 
 from ffwd.engine.core.batch import BatchStats, Forward, Part
 from ffwd.engine.core.prompt_cache import PromptCache
-from ffwd.engine.core.scheduler import Engine, QueueFull, Run
+from ffwd.engine.core.scheduler import Engine, QueueFull, Run, ShuttingDown
 from tests.unit.scripted import Got, Here, ScriptedSequence, result
 
 LIMIT = 64
@@ -260,4 +260,36 @@ def test_a_run_cancelled_while_its_prompt_goes_in_stops_at_once() -> None:
     chunks = [len(p.ids) for step in cache.steps for p in step if len(p.ids) > 1]
     assert sum(chunks) < 4000  # it did not go on to the end
     release.set()
+    engine.close()
+
+
+def test_a_drain_refuses_new_runs_ends_waiting_ones_and_cuts_what_outlives_the_grace() -> None:
+    cache = Cache(2)
+    engine = Engine(cache, PromptCache(0), max_queue=8)  # type: ignore[arg-type]
+
+    def steps(n: int) -> Steps:
+        def run(seq: Any, cancelled: Callable[[], bool]) -> Iterator[Any]:
+            for i in range(n):
+                yield Forward([i % 50])
+            yield result(completion=n)
+
+        return run
+
+    release = threading.Event()
+    _, short = submit(engine, gate(release))  # ends once released
+    _, endless = submit(engine, gate(threading.Event()))  # never released
+    while engine.active < 2:
+        threading.Event().wait(0.001)
+    waiting = [submit(engine, steps(3))[1] for _ in range(2)]
+    release.set()
+    drained = engine.drain(grace_s=0.5)
+    assert (drained.finished, drained.cut, drained.refused) == (1, 1, 2)
+    with pytest.raises(ShuttingDown):
+        submit(engine, steps(1))
+    for got in (short, endless, *waiting):
+        assert got.ended.wait(10)
+    assert short[-2].result is not None  # type: ignore[union-attr]
+    assert isinstance(endless[-2], ShuttingDown) and "ended this reply" in str(endless[-2])
+    for got in waiting:  # told they did not start, nothing ran
+        assert isinstance(got[0], ShuttingDown) and got[1:] == [None]
     engine.close()

@@ -61,6 +61,21 @@ class Channel(Protocol):
         ...
 
 
+class ShuttingDown(Exception):
+    """The engine is draining: it takes no more runs, and cuts those still going past the
+    grace period."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What `Engine.drain` did: runs that finished in the grace period, runs cut after it,
+    and waiting runs refused."""
+
+    finished: int
+    cut: int
+    refused: int
+
+
 class QueueFull(Exception):
     """Every sequence is busy and the waiting line is full."""
 
@@ -144,8 +159,10 @@ class Engine:
         self._on_admit = on_admit or (lambda wait_s: None)
         self._cond = threading.Condition()  # the line: the only state other threads touch
         self._waiting: list[Run] = []
-        self._dropped: list[Run] = []  # left the line (cancelled): their end to deliver
+        self._dropped: list[tuple[Run, list[Item]]] = []  # left the line: their last items
         self._closed = False
+        self._draining = False  # no more runs (`drain`)
+        self._cut = False  # the grace period is over: end the runs still going
         self._going: dict[int, _Going] = {}  # by sequence index
         self._tenants: dict[str, int] = {}  # runs going per tenant
         self._let_in: dict[str, int] = {}  # when each tenant was last let in (a count)
@@ -178,10 +195,12 @@ class Engine:
         `max_queue` runs already."""
         with self._cond:
             if self._thread is None:  # the first run, or the first since close
-                self._closed = False
+                self._closed = self._draining = self._cut = False
                 self._thread = threading.Thread(target=self._loop, name="ffwd-engine",
                                                 daemon=True)
                 self._thread.start()
+            if self._draining:
+                raise ShuttingDown("the server is shutting down; retry on another or later")
             if len(self._waiting) >= self.max_queue + self.parallel - self._claimed:
                 raise QueueFull(len(self._going), len(self._waiting), self.parallel,
                                 self.max_queue)
@@ -199,11 +218,31 @@ class Engine:
         if thread is not None:
             thread.join(timeout)
 
+    def drain(self, grace_s: float) -> Drained:
+        """Take no more runs: new ones are refused (`ShuttingDown`) and the waiting ones end
+        with that error; the running ones get `grace_s` seconds to finish, then each still
+        going is cut, its end saying so. Blocks until every run has ended."""
+        with self._cond:
+            self._draining = True
+            refused, self._waiting = self._waiting, []
+            self._dropped += [(r, [ShuttingDown(
+                "the server is shutting down: this request did not start; retry it"), None])
+                for r in refused]
+            running = self._claimed
+            self._cond.notify_all()
+            self._cond.wait_for(lambda: not self._claimed, timeout=grace_s)
+            cut = self._claimed
+            if cut:
+                self._cut = True
+                self._cond.notify_all()
+                self._cond.wait_for(lambda: not self._claimed, timeout=5.0)
+        return Drained(running - cut, cut, len(refused))
+
     def _cancel(self, run: Run) -> None:
         with self._cond:
             if run in self._waiting:  # its place frees now, not when the loop gets to it
                 self._waiting.remove(run)
-                self._dropped.append(run)
+                self._dropped.append((run, [None]))
             self._cond.notify()
 
     # --- the loop -----------------------------------------------------------
@@ -217,9 +256,9 @@ class Engine:
                     break
                 starting = self._admit()
                 dropped, self._dropped = self._dropped, []
-            for run in dropped:
+            for run, items in dropped:
                 run.done.set()
-                run.channel.post(partial(run.deliver, [None]))
+                run.channel.post(partial(run.deliver, items))
             for run in starting:  # 1. admit
                 self._start(run)
             if self._going:
@@ -257,8 +296,13 @@ class Engine:
     def _step(self) -> None:
         """2-4: one forward of every running sequence's wants; each settles on its rows."""
         for g in list(self._going.values()):  # a prompt still going in stops at once
-            if g.run.cancelled and g.want is not None and g.want.prompt:
+            if self._cut:
+                self._end(g, ShuttingDown("the server is shutting down: it ended this reply "
+                                          "before it was done; retry the request"))
+            elif g.run.cancelled and g.want is not None and g.want.prompt:
                 self._end(g)
+        if not self._going:
+            return
         order = sorted(self._going.values(), key=lambda g: g.run.queued)
         wants = [Want(min(len(g.want.ids) - g.sent, g.seq.prompt_chunk), True) if g.want.prompt
                  else Want(len(g.want.ids), False) for g in order if g.want is not None]
@@ -314,6 +358,7 @@ class Engine:
         fewer going."""
         with self._cond:
             self._claimed -= 1
+            self._cond.notify_all()  # `drain` may be waiting for the last run
             self._tenants[run.tenant] -= 1
             if not self._tenants[run.tenant]:
                 del self._tenants[run.tenant]
