@@ -127,11 +127,12 @@ class AccessLog:
         self.burst = burst
         self.clock = clock
         self._runs: dict[FloodKey, _Run] = {}  # oldest interval first
+        self._counted = 0  # requests counted in every open interval
 
     @property
     def pending(self) -> bool:
         """Whether some interval holds requests counted but not yet written."""
-        return any(run.counted for run in self._runs.values())
+        return self._counted > 0
 
     def write(self, access: Access) -> None:
         """`access`'s line, or, one more of a flood, a count towards its interval's line."""
@@ -148,6 +149,7 @@ class AccessLog:
         else:
             run.counted += 1
             run.last_id = access.request_id
+            self._counted += 1
 
     def flush(self, now: float | None = None) -> None:
         """End the intervals over by `now` (None: every interval), writing their counts."""
@@ -157,6 +159,7 @@ class AccessLog:
             if now is not None and ended - run.started < self.interval:
                 return
             del self._runs[key]
+            self._counted -= run.counted
             if run.counted and log.isEnabledFor(logging.INFO):
                 client, method, path, status = key
                 _line({"method": method, "path": path, "status": status, "client": client,

@@ -4,10 +4,10 @@ API-key check, request counting, last-resort 500.
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
 client's disconnect from the handlers). It opens every request's `Access`
 (`access.py`: its id, sent back on every response, and its log line, written
-once the response has gone, floods of one client's 4xx folded into a count per
-interval by the `AccessLog`, whose counts a timer writes when the flood
-stops, and the app's shutdown at the latest), counts every response by its status as sent,
-unknown paths under one label, and turns an exception that escaped every
+once the response has gone by the `AccessLog`, which folds a flood of one
+client's 4xx into a count per interval; a timer writes the count when the flood
+stops, the app's shutdown at the latest), counts every response by its status
+as sent, unknown paths under one label, and turns an exception that escaped every
 handler into a counted 500. Before the key is checked, a browser's
 cross-origin request meets the `cors.CorsPolicy`: from an origin it does not
 allow, a 403 without CORS headers; from one it allows, a preflight is

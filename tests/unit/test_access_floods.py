@@ -144,3 +144,18 @@ def test_the_count_line_is_json_too() -> None:
     rows = [json.loads(line) for line in io.StringIO(stream.getvalue())]
     assert rows[-1]["repeated"] == 4 and rows[-1]["status"] == 413
     assert rows[-1]["logger"] == "ffwd.access" and "message" not in rows[-1]
+
+
+def test_when_the_flood_stops_a_timer_writes_its_count(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    app = create_app(Scripted(), api_key="k", access_log=AccessLog(interval=0.2, burst=1))
+    with TestClient(app) as c:
+        for _ in range(6):
+            c.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+        deadline = time.monotonic() + 0.9  # no other request comes, the app keeps running
+        while time.monotonic() < deadline and len(lines(caplog)) < 2:
+            time.sleep(0.05)
+        got = lines(caplog)
+        assert [f.get("repeated") for f in got] == [None, 5]
