@@ -262,3 +262,42 @@ def test_a_peer_binary_that_does_not_run_is_built_again(
     assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 4
     assert f"{cached} does not run" in capsys.readouterr().err
     assert lb.runs(cached)
+
+
+@pytest.mark.parametrize("name", ["model.safetensors", "config.json"])
+def test_a_damaged_converted_model_is_converted_again(
+        name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import torch
+
+    from ffwd.models import load_model
+    from tests.engine.tiny_gguf import write_tiny_gguf
+
+    monkeypatch.setenv("FFWD_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf("llama", tmp_path / "tiny.gguf", eos=1)
+    ref = ModelRef("tiny", gguf.parent, gguf.name)
+    ids = torch.tensor([[1, 2, 3]])
+    first = load_model(ref, dtype="float32", device="cpu")(ids).logits.detach().clone()
+    [tree] = (tmp_path / "cache" / "models").iterdir()
+    damaged = tree / name
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    again = load_model(ref, dtype="float32", device="cpu")
+    [line] = warnings(caplog)
+    assert str(damaged) in line and "converted model" in line
+    assert check_tree(tree) == tree
+    assert torch.equal(first, again(ids).logits)
+
+
+def test_an_unwritable_cache_folder_still_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from ffwd.models import load_model
+    from tests.engine.tiny_gguf import write_tiny_gguf
+
+    (tmp_path / "cache").write_text("a file where the folder should be")
+    monkeypatch.setenv("FFWD_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = write_tiny_gguf("llama", tmp_path / "tiny.gguf", eos=1)
+    model = load_model(ModelRef("tiny", gguf.parent, gguf.name), dtype="float32", device="cpu")
+    assert model is not None
+    [line] = warnings(caplog)
+    assert "cannot be cached" in line and "built again at the next start" in line
