@@ -26,6 +26,7 @@ from ffwd.deploy.app import Ingress
 from ffwd.deploy.config import render_config
 from ffwd.deploy.spec import DeploySpec
 from ffwd.serve.app import create_app
+from tests.unit.test_serve_access import logging_to
 from tests.unit.test_serve_app import Scripted
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
@@ -128,6 +129,7 @@ class _Model:
 
 def test_the_ingress_states_the_proxys_timeout() -> None:
     ingress = Ingress.__new__(Ingress)
-    asyncio.run(ingress.__init__(_Model(), DeploySpec(keep_alive=75)))  # type: ignore[arg-type]
-    with TestClient(ingress.__serve_build_asgi_app__()) as c:
-        assert c.get("/health").headers["keep-alive"] == "timeout=75"
+    with logging_to("text"):  # the ingress configures ffwd's log: restored after
+        asyncio.run(ingress.__init__(_Model(), DeploySpec(keep_alive=75)))  # type: ignore[arg-type]
+        with TestClient(ingress.__serve_build_asgi_app__()) as c:
+            assert c.get("/health").headers["keep-alive"] == "timeout=75"
