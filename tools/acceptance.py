@@ -156,8 +156,8 @@ def _outputs(args: argparse.Namespace) -> list[tuple[str, list[int], list[int]]]
     from ffwd.bench.systems.ffwd_http import chat_request
     from ffwd.bench.workloads import WORKLOADS, select
     from ffwd.config import resolve_engine_config, resolve_fill_config
-    from ffwd.engine.generate import generate
-    from ffwd.engine.sampling import SamplingParams
+    from ffwd.engine.core.generate import generate
+    from ffwd.engine.sample.sampling import SamplingParams
     from ffwd.serve.service import load_service
 
     workloads = WORKLOADS if args.workload == "all" else (args.workload,)

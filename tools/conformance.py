@@ -234,7 +234,8 @@ class InProcess:
     def cold(self) -> None:
         """Forget every cached prefix: the next request prefills from nothing."""
         self.service.prompt_cache.clear()
-        self.service.reset()
+        for seq in self.service.context.sequences:
+            seq.reset()
 
 
 def run(examples: int, app: InProcess, seed: int = 0) -> tuple[Counter[str], list[str]]:

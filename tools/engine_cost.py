@@ -3,7 +3,7 @@
     python -m tools.engine_cost MODEL.gguf [--configs default,deterministic,guard]
         [--prompts 1024,2048,4096,8192] [--repeats 3] [--threads 0]
 
-Configurations, each a `LlamaCppBackend` loaded once and measured in turn
+Configurations, each a llama.cpp backend (`open_llama`) loaded once and measured in turn
 (interleaved, `repeats` rounds, medians reported with each one's ratio to the
 first configuration):
 
@@ -11,7 +11,7 @@ first configuration):
 * ``deterministic``: ``--deterministic`` (q8_0, or bf16 where heads do not fit).
 * ``guard``: the default with the weights kept out of the CPU's extra buffer
   types, as the AMX guard does on a library built with ggml's AMX kernels
-  (`ffwd.engine.native.extra_buffers`): what losing REPACK costs.
+  (`ffwd.engine.llama.native.extra_buffers`): what losing REPACK costs.
 
 Each prompt is random ids, prefilled into an empty cache (time to first
 token without sampling); then 32 one-id steps and 8 forwards of 16 ids after
@@ -33,18 +33,18 @@ CONFIGS = ("default", "deterministic", "guard")
 
 
 def load(path: str, config: str, threads: int, context: int) -> Any:
-    from ffwd.engine import native
-    from ffwd.engine.llamacpp import LlamaCppBackend
+    from ffwd.engine.llama import native
+    from ffwd.engine.llama.context import open_llama
 
     if config == "guard":
         kept = native.extra_buffers
         native.extra_buffers = lambda line: False
         try:
-            return LlamaCppBackend(path, n_ctx=context, threads=threads)
+            return open_llama(path, n_ctx=context, threads=threads)
         finally:
             native.extra_buffers = kept
-    return LlamaCppBackend(path, n_ctx=context, threads=threads,
-                           deterministic=config == "deterministic")
+    return open_llama(path, n_ctx=context, threads=threads,
+                      deterministic=config == "deterministic")
 
 
 def timed(fn: Callable[[], object]) -> float:

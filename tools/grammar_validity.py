@@ -27,7 +27,7 @@ import jsonschema
 
 from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.config import FillConfig
-from ffwd.engine.events import TokenEvent
+from ffwd.engine.core.generate import drive
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.service import ModelService
 from ffwd.templates.formats import FORMATS
@@ -63,9 +63,9 @@ def measure(
             "tool_choice": named if choice == "named" else "required",
             "max_tokens": max_tokens, "temperature": 0.0, "ffwd": {"grammar": grammar},
         })
-        events: list[TokenEvent] = []
-        service.reset()
-        service.run(service.prepare(req), events.append, lambda: False)
+        seq = service.context.sequences[0]
+        seq.reset()
+        events = list(drive(seq, service.steps(service.prepare(req), seq, lambda: False)))
         done = events[-1].result
         assert done is not None
         counts["requests"] += 1

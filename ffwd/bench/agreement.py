@@ -121,9 +121,9 @@ def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str,
              flash: str) -> Any:
     """A bare backend (no cost surface: nothing here sizes spans by it)."""
     if engine == "llamacpp":
-        from ffwd.engine.llamacpp import LlamaCppBackend
+        from ffwd.engine.llama.context import open_llama
 
-        return LlamaCppBackend(ref.path, threads=threads, kv_cache=kv_cache, flash_attn=flash)
+        return open_llama(ref.path, threads=threads, kv_cache=kv_cache, flash_attn=flash)
     from ffwd.engine.hf import HFBackend
     from ffwd.models import load_model
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.bench.systems.names import LLAMA_SERVER, SERVED, SystemName, parse_system
-from ffwd.engine.native import cpu_model
+from ffwd.engine.llama.native import cpu_model
 
 
 def environment(
@@ -28,7 +28,7 @@ def environment(
     import torch
     import transformers
 
-    from ffwd.engine.native import system_info
+    from ffwd.engine.llama.native import system_info
 
     return {
         "cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": threads,
@@ -52,7 +52,7 @@ def builds(names: Sequence[SystemName], engine: str) -> dict[str, Any]:
 
     from ffwd.bench.systems.llama_server import FALLBACK
     from ffwd.bench.systems.llama_server import build as server_build
-    from ffwd.engine.native import system_info
+    from ffwd.engine.llama.native import system_info
 
     engines = {n.engine or engine for n in names if n.base in SERVED}
     out: list[dict[str, str]] = []

@@ -90,7 +90,7 @@ def explain_difference(
     ids; an ``auto`` request for a forced call renders the same prompt) and
     scores both choices after prompt + the shared prefix.
     """
-    from ffwd.engine.generate import generate
+    from ffwd.engine.core.generate import generate
 
     service.reset()
     off = generate(service.backend, service.tokenizer, prompt_ids,

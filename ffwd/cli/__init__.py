@@ -15,6 +15,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from ffwd.config.engine import openmp_defaults
+
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("ffwd.cli.serve", "run the HTTP server (OpenAI and Anthropic APIs)"),
@@ -28,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before torch or llama.cpp load their OpenMP runtime (see ffwd.config.engine).
+    openmp_defaults()
     # A native crash (a signal in llama.cpp or torch) prints the Python stack, never bare.
     if sys.__stderr__ is not None and not faulthandler.is_enabled():
         with contextlib.suppress(ValueError, OSError):  # no file descriptor to write to

@@ -51,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from ffwd.engine.generate import generate
-    from ffwd.engine.sampling import SamplingParams
+    from ffwd.engine.core.generate import generate
+    from ffwd.engine.sample.sampling import SamplingParams
     from ffwd.fill import FillPlan
     from ffwd.models import load_backend, load_tokenizer, resolve_model
 
@@ -76,10 +76,6 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(ref)
     try:
         backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
-        if backend.engine == "llama.cpp":
-            from ffwd.engine.llamacpp import torch_beside_llama
-
-            torch_beside_llama()  # this thread samples, beside llama.cpp's own
         ids = encode_prompt(tokenizer, args.prompt, args.raw, args.tool_format)
     except ValueError as exc:
         print(f"ffwd generate: {exc}", file=sys.stderr)

@@ -103,7 +103,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _parallel(backend: str, engine: Any, window: int) -> str:
-    """How many requests decode together (`ffwd.engine.batch`)."""
+    """How many requests decode together (`ffwd.engine.core.batch`)."""
     if backend != "llamacpp":
         return "1: the transformers engine runs one request at a time"
     return (f"{engine.parallel} requests decode together (FFWD_PARALLEL), each with a KV "
@@ -112,14 +112,14 @@ def _parallel(backend: str, engine: Any, window: int) -> str:
 
 
 def _cpu() -> str:
-    from ffwd.engine.native import cpu_model
+    from ffwd.engine.llama.native import cpu_model
 
     return cpu_model()
 
 
 def _native(ref: Any, engine: Any) -> dict[str, Any]:
     """llama.cpp's build, its GPU offload, and where a first forward put the model."""
-    from ffwd.engine.native import amx_kernels, gpu_layers, gpu_offload, system_info
+    from ffwd.engine.llama.native import amx_kernels, gpu_layers, gpu_offload, system_info
     from ffwd.models import EngineFailure, check_engine
 
     line, offload = system_info(), gpu_offload()
@@ -163,7 +163,7 @@ def _context_window(ref: Any, backend: str, context: int) -> int:
     from transformers import AutoConfig
 
     from ffwd.engine.hf import DEFAULT_CONTEXT_WINDOW
-    from ffwd.engine.llamacpp import DEFAULT_CONTEXT_CAP
+    from ffwd.engine.llama.context import DEFAULT_CONTEXT_CAP
 
     kwargs = {"gguf_file": ref.gguf_file} if ref.gguf_file else {}
     cfg = AutoConfig.from_pretrained(ref.directory, **kwargs)
@@ -180,7 +180,7 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
 
     threads = _thread_count(engine.threads)
     if backend == "llamacpp":
-        from ffwd.engine.native import device_key, gpu_layers, gpu_offload, system_info
+        from ffwd.engine.llama.native import device_key, gpu_layers, gpu_offload, system_info
 
         where = device_key(gpu_layers(engine.n_gpu_layers, offload=gpu_offload(),
                                       line=system_info()))
@@ -190,8 +190,8 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
             deterministic=engine.deterministic))
         table = read_cost_curve(path)
         if table is None:
-            from ffwd.engine.attention import candidates
-            from ffwd.engine.llamactx import exact_kv_of
+            from ffwd.engine.llama.attention import candidates
+            from ffwd.engine.llama.kv import exact_kv_of
 
             exact = exact_kv_of(ref.path) if engine.deterministic else None
             paths = candidates(engine.flash_attn, engine.kv_cache, exact)
@@ -213,7 +213,7 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
 
 
 def _llama_dtype(path: str) -> str:
-    """`LlamaCppBackend.dtype_name` for an attention path's name."""
+    """`LlamaSequence.dtype_name` for an attention path's name."""
     flash, _, kv = path.partition("/")
     return f"gguf-kv-{kv}" + ("" if flash == "flash" else "-noflash")
 

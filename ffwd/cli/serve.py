@@ -96,12 +96,12 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: E
               + "\n".join(lines), file=sys.stderr)
     if backend.cost is not None:
         print(f"forward cost: {backend.cost.describe()}", file=sys.stderr)
-    from ffwd.engine.llamacpp import LlamaCppBackend
+    from ffwd.engine.llama.context import LlamaContext
 
-    if isinstance(backend, LlamaCppBackend):
-        print(f"llama.cpp: {backend.load.describe()}", file=sys.stderr)
+    if isinstance(ctx := backend.context, LlamaContext):
+        print(f"llama.cpp: {ctx.load.describe()}", file=sys.stderr)
         print(f"parallel: {service.parallel} requests decode together, each a KV cache of "
-              f"{backend.context_window} ids; prompts go in chunks of {backend.prefill_budget} "
+              f"{backend.context_window} ids; prompts go in chunks of {ctx.budget} "
               "ids per step while others decode", file=sys.stderr)
     print(
         f"ffwd serving {name} on {backend.engine} ({service.format_name} tools, fill "

@@ -30,7 +30,7 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #                         forward per step carries every running sequence's ids)
 #
 # Flash attention and the KV cache's type decide which attention kernel llama.cpp
-# runs (ffwd.engine.attention): their speed depends on the machine and the depth, so
+# runs (ffwd.engine.llama.attention): their speed depends on the machine and the depth, so
 # with both on auto the first load times each path and keeps the fastest. With
 # flash attention on an f16 cache a one-id forward splits its attention over the
 # threads (past 256 ids) and a batch of 64 or more takes a tiled kernel, so greedy
@@ -40,7 +40,7 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 # kernel (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
 # llama.cpp on the CPU: it costs prefill time (README's performance section).
 #
-# FFWD_PARALLEL: requests run side by side in one llama.cpp context (ffwd.engine.batch).
+# FFWD_PARALLEL: requests run side by side in one llama.cpp context (ffwd.engine.core.batch).
 # The default is what measured best on two CPU cores with the embedded model (README's
 # --parallel table): 4 sequences, as llama-server's own default for --parallel auto.
 # The transformers engine runs one sequence whatever the setting.
@@ -85,7 +85,7 @@ def resolve_gpu_layers(raw: object) -> str | int:
 
 # OpenMP threads (llama.cpp's and torch's; ggml's barriers are OpenMP's) spin this many
 # rounds at a barrier before they sleep. libgomp's default, 300000, starves other processes
-# on shared cores (ffwd.engine.threads); 1000 slept at barriers inside every forward, which
+# on shared cores (ffwd.engine.llama.threads); 1000 slept at barriers inside every forward, which
 # cost 0.83x of llama-server's decode 2k ids deep. README's "On a shared machine" has the
 # table this was chosen from.
 OPENMP_SPIN = "10000"
@@ -97,8 +97,8 @@ PEER = "FFWD_PEER"  # "1" in a peer's environment (the bench's llama-server): no
 
 def openmp_defaults(env: MutableMapping[str, str] | None = None) -> None:
     """Give OpenMP a short spin unless the operator set GOMP_SPINCOUNT or OMP_WAIT_POLICY
-    (or this is a peer's process). Only a library loaded after this reads it:
-    `ffwd/__init__` calls it first thing.
+    (or this is a peer's process). Only a library loaded after this reads it: the
+    command line (`ffwd.cli.main`) calls it first thing.
 
     >>> env = {}; openmp_defaults(env); env["GOMP_SPINCOUNT"]
     '10000'

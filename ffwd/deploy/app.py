@@ -1,10 +1,11 @@
 """The Ray Serve application: model replicas behind one OpenAI ingress.
 
 `ModelReplica` holds one `ModelService` behind a `LocalExecutor`, the same
-workers `ffwd serve` runs: each replica decodes up to ``--parallel`` requests in
-one forward per step. `generate(req)` yields `Accepted`
-once the request is prepared and queued (or the `APIError` that refused it),
-then the run's events; cancelling the call cancels the run. `count_tokens(req)`
+engine loop `ffwd serve` runs: each replica decodes up to ``--parallel``
+requests in one forward per step. `generate(req)` yields `Accepted` once the
+request is prepared and queued (or the `APIError` that refused it), then the
+run's items a list per engine step, as the engine hands them over (the last
+list ends with None); cancelling the call cancels the run. `count_tokens(req)`
 renders a prompt there without running it. `Ingress` serves
 `serve.app.create_app` (the same routes, validation, errors, SSE, auth and
 metrics) over a `RayExecutor`, which sends each request through a deployment
@@ -29,11 +30,11 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from ffwd.deploy.router import StatsCollector
 from ffwd.deploy.spec import DeploySpec
-from ffwd.engine.events import TokenEvent
+from ffwd.engine.core.scheduler import Item
 from ffwd.serve.access import configure_logging
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import APIError, as_api_error, server_error
-from ffwd.serve.execute import LocalExecutor, Put, Started, queue_full
+from ffwd.serve.execute import Deliver, LocalExecutor, Started, queue_full
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
 from ffwd.serve.service import load_service
@@ -71,28 +72,30 @@ class ModelReplica:
             return exc  # returned, not raised: Ray would wrap it
 
     async def generate(self, req: GenerationRequest) -> AsyncIterator[object]:
-        loop = asyncio.get_running_loop()
-        # The run's events, a failure, or None once it has ended.
-        items: asyncio.Queue[TokenEvent | BaseException | None] = asyncio.Queue()
-
-        def put(item: TokenEvent | BaseException | None) -> None:
-            loop.call_soon_threadsafe(items.put_nowait, item)
-
+        items: asyncio.Queue[list[Item]] = asyncio.Queue()
         try:
-            started = await self.executor.start(req, put, lambda: put(None))
+            started = await self.executor.start(req, items.put_nowait)
         except APIError as exc:
             yield exc
             return
         yield Accepted(self.replica)
         try:
-            while (item := await items.get()) is not None:
-                if isinstance(item, BaseException):
-                    item = as_api_error(item)  # an APIError pickles; any exception may not
-                elif item.result is not None:
-                    item = replace(item, result=replace(item.result, replica=self.replica))
-                yield item
+            ended = False
+            while not ended:
+                batch = [self._portable(item) for item in await items.get()]
+                ended = batch[-1] is None
+                yield batch
         finally:
             started.job.cancel()  # the ingress cancelled the call (client gone), or we are done
+
+    def _portable(self, item: Item) -> Item:
+        """`item` as it crosses to the ingress: a failure as an `APIError` (it pickles; any
+        exception may not), a result with this replica's name."""
+        if isinstance(item, BaseException):
+            return as_api_error(item)
+        if item is not None and item.result is not None:
+            item.result = replace(item.result, replica=self.replica)
+        return item
 
 
 def replica_lost(exc: BaseException) -> APIError:
@@ -147,6 +150,9 @@ class RayExecutor:
     def model_info(self) -> dict[str, Any]:
         return dict(self.info)
 
+    def close(self) -> None:
+        """Nothing to stop here: the replicas are Ray's."""
+
     async def count_tokens(self, req: GenerationRequest) -> int:
         try:
             count = await self.plain.count_tokens.remote(req)
@@ -163,8 +169,7 @@ class RayExecutor:
         if self._on_depth is not None:
             self._on_depth(self._waiting)
 
-    async def start(self, req: GenerationRequest, put: Put,
-                    end: Callable[[], None]) -> Started:
+    async def start(self, req: GenerationRequest, deliver: Deliver) -> Started:
         gen = cast(DeploymentResponseGenerator[Any], self.handle.generate.remote(req))
         self._count(+1)
         try:
@@ -183,28 +188,30 @@ class RayExecutor:
         if not isinstance(first, Accepted):
             raise server_error(f"unexpected first reply from a replica: {first!r}")
         job = RayJob(gen)
-        pump = asyncio.get_running_loop().create_task(self._pump(job, put, end))
+        pump = asyncio.get_running_loop().create_task(self._pump(job, deliver))
         self._pumps.add(pump)  # keep a reference until it is done
         pump.add_done_callback(self._pumps.discard)
         return Started(job, headers={REPLICA_HEADER: first.replica})
 
-    async def _pump(self, job: RayJob, put: Put,
-                    end: Callable[[], None]) -> None:
-        """Move a replica's items to the app; a failure as an error; then the end."""
+    async def _pump(self, job: RayJob, deliver: Deliver) -> None:
+        """Move a replica's lists to the app; a failure as an error; then the end (once)."""
         self._running += 1
+        ended = False
         try:
-            async for item in job.gen:
-                put(item)
+            async for batch in job.gen:
+                ended = batch[-1] is None
+                deliver(batch)
         except (RequestCancelledError, TaskCancelledError, asyncio.CancelledError):
             pass  # cancelled by the app: nobody reads on
         except RayActorError as exc:
-            put(replica_lost(exc))
+            deliver([replica_lost(exc)])
         except Exception as exc:
-            put(exc)
+            deliver([exc])
         finally:
             self._running -= 1
             job.done.set()
-            end()
+            if not ended:
+                deliver([None])
 
 
 class Ingress:

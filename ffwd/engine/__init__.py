@@ -1,30 +1,30 @@
-"""The decode engine: model backends, sampling, the fill-aware decode loop, the text layer.
+"""The decode engine: one loop steps every sequence of a model.
 
-`generate`
-    ``stream_generate(backend, tokenizer, prepared, *, cancelled=None,
-    policy=None)`` runs one `Prepared` generation and yields a `TokenEvent` per
-    emitted id; the last event (no token of its own) carries the
-    `GenerationResult`. ``generate(backend, tokenizer, prompt_ids, params=None,
-    **settings) -> GenerationResult`` is the one-call form.
-`events`
-    ``TokenEvent(id, origin, logprob, top, token, raw, text, deltas, result)``
-    and ``GenerationResult``: the one event type, from the loop to the wire.
-`loop`
-    ``generate_step(backend, sampler, *, max_tokens, session=None, policy=None,
-    trace=None, check_cache=False, logprobs=None)`` yields the loop's
-    ``TokenEvent``s (id, origin, logprob); span policies ``cost_policy(curve)``,
-    ``fixed_policy(probe)``, ``default_policy(backend)``.
-`text`
-    ``OutputText`` (ids to text, stop strings, tool-call deltas; the context
-    that gates template rows), ``ToolCalls``, ``StopMatcher``.
-`sampling`
-    ``SamplingParams``, the processors ``apply_*``, ``Sampler`` /
-    ``make_sampler(params, prompt_ids, constraint=None)`` with a per-request
-    ``TokenConstraint`` (a grammar's mask), ``verify_span``.
-`backend`
-    The ``Backend`` protocol (prefill, forward/append, rewind, checkpoint and
-    restore, save/load state, cost curve), implemented by ``llamacpp`` and
-    ``hf``; ``ffwd.models.load_backend`` picks and loads one.
-`cost`
-    ``CostCurve``: the milliseconds of a forward of m ids, kept current by the loop.
+The folder shows the request's way down:
+
+`core/` the loop and its scheduling
+    ``scheduler.Engine``: one thread admits runs, plans one step from every
+    running sequence (``batch.plan_step``), forwards it and settles each
+    sequence on its rows; ``slots``/``prompt_cache``: which sequence and which
+    cache a run starts from; ``decode.generate_step``: one sequence's decode
+    (sample, push, append, verify, rewind) as a generator of events and the
+    ``Forward``s it needs; ``generate``: the ``Prepared`` generation, its text
+    layer and stops (``stream_steps``), run alone by ``drive``
+    (``stream_generate``, ``generate`` for the library).
+`sample/` sampling and text
+    ``sampling.Sampler`` and ``verify_span``, the logits ``processors``, the
+    text layer ``text.OutputText`` (ids to text, stops, tool-call deltas).
+`cost/` what a forward costs
+    the measured ``surface``, a sequence's share of a ``batched`` step, the
+    ``measure``-ment at load.
+`llama/` the llama.cpp binding and its context
+    ``context.LlamaContext`` (the model, ``--parallel N`` sequences, one
+    ``llama_decode`` per step), ``sequence.LlamaSequence`` (one sequence's
+    cache: the ``Backend``), ``kv``, ``attention``, ``threads``, and the library
+    on this machine (``native``, ``probe``).
+
+Beside them: ``backend`` (the ``Backend`` and ``Context`` protocols), ``hf`` (the
+transformers backend, a context of one), ``events`` (``TokenEvent`` and
+``GenerationResult``, the one event type from the loop to the wire) and
+``promise`` (what greedy determinism a loaded model gives).
 """

@@ -24,30 +24,36 @@ Contract
 * `save_state()` / `load_state(state)` keep a whole sequence for later (the
   prompt cache); `trims_freely` says whether a loaded state may then be cut
   back to any prefix.
-* `cost` is the measured `CostSurface` (None until a loader measures it): ms per
-  forward of m ids at a cache depth; the decode loop keeps it current and sizes
-  verify spans with it at the depth they run at. `attention_table` is what the
-  loader timed to choose llama.cpp's attention path (None elsewhere).
+* `cost` is the measured `CostSurface` (None until a loader measures it): ms
+  per forward of m ids at a cache depth, kept current by the forwards the
+  context runs; `pricing` is what the decode loop sizes verify spans with at
+  the depth they run at (the surface, or this sequence's share of a batched
+  step). `attention_table` is what the loader timed to choose llama.cpp's
+  attention path (None elsewhere).
 * `engine`, `device`, `dtype_name`, `threads` and `context_window` say what the
   model runs as (`ffwd info`, the start-up banner, the server's limits).
-* `sequences()` lists the backends of every sequence that shares this one's
-  model and forwards (``--parallel N`` on llama.cpp: `ffwd.engine.batch`), this
-  one among them; ``[self]`` for a backend of one sequence. A sequence whose
-  run has ended calls `leave()`, so the others' forwards stop waiting for it;
-  `batch_stats()` counts the forwards by how many sequences each carried.
+* `context` is what the backend's sequence shares its model and forwards with
+  (`Context`): llama.cpp's context of ``--parallel N`` sequences, each a
+  `Backend`; a transformers backend is a context of one. `seq` is the
+  sequence's index in `context.sequences`. The engine's loop steps every
+  running sequence in one `Context.decode`; `prefill`, `forward` and `append`
+  are the same forwards for one sequence on the caller's thread.
+* `keep_prefix(ids)` is the first half of `prefill`: keep the longest usable
+  prefix of `ids` in the cache (never the last id) and return its length; the
+  rest goes in as prompt forwards of at most `prompt_chunk` ids.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol
 
 import torch
 
-from ffwd.engine.attention import AttentionTable
-from ffwd.engine.batch import BatchStats
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionTable
 from ffwd.fill.prefix import common_prefix
 
 
@@ -169,16 +175,61 @@ class Backend(Protocol):
         """Drop the whole cache."""
         ...
 
-    def sequences(self) -> Sequence[Backend]:
-        """The backends of every sequence sharing this model's forwards (this one too)."""
+    @property
+    def pricing(self) -> Pricing | None:
+        """What this sequence's forwards cost now: `cost`, priced beside the sequences it
+        shares steps with (None until measured)."""
         ...
 
-    def leave(self) -> None:
-        """This sequence has no forwards to make for now (its run ended)."""
+    @property
+    def context(self) -> Context:
+        """What this sequence shares its model and forwards with."""
+        ...
+
+    @property
+    def seq(self) -> int:
+        """This sequence's index in `context.sequences`."""
+        ...
+
+    @property
+    def prompt_chunk(self) -> int:
+        """The most prompt ids the next forward may take (`max_append`, or more where
+        only an empty cache takes a whole prompt at once)."""
+        ...
+
+    def keep_prefix(self, ids: list[int]) -> int:
+        """Keep the longest usable prefix of `ids` in the cache (never the last id);
+        return how many ids were kept."""
+        ...
+
+
+class Context(Protocol):
+    """The sequences that share one model and its forwards (module docstring)."""
+
+    @property
+    def sequences(self) -> Sequence[Backend]: ...
+
+    @property
+    def limit(self) -> int:
+        """The most ids one step may carry."""
+        ...
+
+    @property
+    def budget(self) -> int:
+        """Prompt ids a step carries while other sequences decode in it."""
+        ...
+
+    def decode(self, parts: Sequence[Part]) -> list[torch.Tensor]:
+        """One forward of every part (at most one per sequence, each at the end of its
+        cache): each part's rows, every row or the last (``(n, vocab)`` float32)."""
+        ...
+
+    def set_running(self, seqs: Sequence[int]) -> None:
+        """The sequences running now: what a sequence's forwards are priced beside."""
         ...
 
     def batch_stats(self) -> BatchStats:
-        """The model's forwards so far, by how many sequences each carried."""
+        """The forwards so far, by how many sequences each carried."""
         ...
 
 
@@ -220,6 +271,10 @@ class CacheBookkeeping:
         return self._forward_calls
 
     @property
+    def prompt_chunk(self) -> int:
+        return self._max_append
+
+    @property
     def last_logits(self) -> torch.Tensor:
         if self._last is None:
             raise RuntimeError("no logits yet: prefill or forward first")
@@ -238,18 +293,6 @@ class CacheBookkeeping:
 
     def rewind(self, n: int) -> None:
         raise NotImplementedError
-
-    def sequences(self) -> Sequence[Backend]:
-        """One sequence: this backend alone."""
-        return [cast(Backend, self)]
-
-    def leave(self) -> None:
-        """Nothing waits for a backend of one sequence."""
-
-    def batch_stats(self) -> BatchStats:
-        """Every forward carried this one sequence."""
-        n = self._forward_calls
-        return BatchStats(n, {1: n} if n else {})
 
     def mark(self) -> Mark:
         """Where the cache stands now, for `undo`: a checkpoint only where it cannot rewind."""

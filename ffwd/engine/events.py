@@ -1,9 +1,9 @@
 """The one event type a generation streams, from the decode loop to the wire.
 
 `TokenEvent` is one emitted id, sampled or injected. The decode loop
-(`ffwd.engine.loop`) fills in what it knows: the id, its origin and, when asked,
+(`ffwd.engine.core.decode`) fills in what it knows: the id, its origin and, when asked,
 the model's own log-probability of it and the best alternatives. The text
-layer (`ffwd.engine.generate`) adds the token's own text and bytes, the output
+layer (`ffwd.engine.core.generate`) adds the token's own text and bytes, the output
 text it released and what the tool-call parser made of that text (`deltas`:
 content and call fragments).
 
@@ -112,9 +112,11 @@ class GenerationResult:
         return block if self.replica is None else {**block, "replica": self.replica}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TokenEvent:
-    """One emitted id, or the end of the stream (see the module docstring).
+    """One emitted id, or the end of the stream (see the module docstring). The loop
+    makes it and the text layer fills in its text (`ffwd.engine.sample.text.OutputText.feed`):
+    one object per id, never changed once it has left the engine.
 
     `logprob` is the model's own log-probability of `id` (raw logits, before any
     sampling setting), None when the request did not ask; `top` the best ids at

@@ -1,5 +1,8 @@
 """The transformers backend: any causal LM that transformers loads, one sequence.
 
+`HFBackend` is both the `Backend` of its one sequence and its `Context` (a
+context of one: the engine's steps carry this sequence alone).
+
 The cache is a `DynamicCache` built from the model's config, so each layer
 gets the kind transformers would give it (full attention, sliding window,
 short convolution, recurrent state). What that means for cutting back:
@@ -15,12 +18,15 @@ short convolution, recurrent state). What that means for cutting back:
   clones that state so `restore` can put it back.
 * `mamba` and `falcon_mamba` in transformers restart the scan from a zero
   state whenever more than one id enters a non-empty cache, so those models
-  append one id per forward (`max_append == 1`) and always prefill from empty.
+  append one id per forward (`max_append == 1`) and always prefill from empty
+  (`prompt_chunk`: only an empty cache takes a whole prompt in one forward).
 """
 
 from __future__ import annotations
 
 import inspect
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +34,16 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import LinearAttentionCacheLayerMixin
 
-from ffwd.engine.attention import AttentionTable
-from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind, keep_common_prefix
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.backend import (
+    CacheBookkeeping,
+    CacheState,
+    Context,
+    check_rewind,
+    keep_common_prefix,
+)
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionTable
 
 # See the module docstring: multi-id appends silently lose the state.
 SCAN_RESTARTS_ON_APPEND = frozenset({"mamba", "falcon_mamba"})
@@ -76,6 +89,7 @@ class HFBackend(CacheBookkeeping):
     """A transformers causal LM and its cache; implements `ffwd.engine.backend.Backend`."""
 
     engine = "transformers"
+    seq = 0
 
     def __init__(
         self,
@@ -101,6 +115,40 @@ class HFBackend(CacheBookkeeping):
         self.reset()
 
     # --- facts ----------------------------------------------------------
+    @property
+    def context(self) -> Context:
+        return self
+
+    @property
+    def sequences(self) -> Sequence[HFBackend]:
+        return [self]
+
+    @property
+    def limit(self) -> int:
+        return self.prompt_chunk
+
+    @property
+    def budget(self) -> int:
+        return self._max_append
+
+    @property
+    def pricing(self) -> Pricing | None:
+        return self.cost
+
+    def set_running(self, seqs: Sequence[int]) -> None:
+        """Nothing to price beside: this context has one sequence."""
+
+    def batch_stats(self) -> BatchStats:
+        """Every forward carried this one sequence."""
+        n = self._forward_calls
+        return BatchStats(n, {1: n} if n else {})
+
+    @property
+    def prompt_chunk(self) -> int:
+        """The most prompt ids the next forward may take (module docstring)."""
+        empty = self._one_at_a_time and not self._ids
+        return self.context_window if empty else self._max_append
+
     @property
     def dtype_name(self) -> str:
         return str(self.model.dtype).removeprefix("torch.")
@@ -212,25 +260,38 @@ class HFBackend(CacheBookkeeping):
         self._last = snap.last_logits
 
     # --- forwards ---------------------------------------------------------
+    def keep_prefix(self, ids: list[int]) -> int:
+        return keep_common_prefix(self, ids, can_reuse=not self._one_at_a_time)
+
     def prefill(self, ids: list[int]) -> int:
         """Make the cache hold `ids`; return how many leading ids were reused."""
-        reuse = keep_common_prefix(self, ids, can_reuse=not self._one_at_a_time)
+        reuse = self.keep_prefix(ids)
         rest = list(ids[reuse:])
-        if self._one_at_a_time:
-            # Only an empty cache takes a whole prompt in one forward.
-            self._run(rest, keep=1, limit=len(rest))
-            return reuse
-        for start in range(0, len(rest), self._max_append):
-            self._run(rest[start : start + self._max_append], keep=1)
+        while rest:
+            n = self.prompt_chunk
+            self.decode([Part(0, rest[:n], False)])
+            rest = rest[n:]
         return reuse
 
     def forward(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits for every position, ``(len(ids), vocab)``."""
-        return self._run(ids, keep=0)
+        return self.decode([Part(0, list(ids), True)])[0]
 
     def append(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
-        return self._run(ids, keep=1)[-1]
+        return self.decode([Part(0, list(ids), False)])[0][-1]
+
+    def decode(self, parts: Sequence[Part]) -> list[torch.Tensor]:
+        """The context's one forward: this sequence's one part, timed into the surface."""
+        if len(parts) != 1 or parts[0].seq != 0:
+            raise ValueError(f"a transformers backend runs one sequence, not parts {parts}")
+        part, depth = parts[0], len(self._ids)
+        t0 = time.perf_counter()
+        rows = self._run(part.ids, keep=0 if part.all_rows else 1, limit=self.prompt_chunk)
+        if self.cost is not None:
+            self.cost.observe(len(part.ids), (time.perf_counter() - t0) * 1000,
+                              "rows" if part.all_rows else "last", depth)
+        return [rows]
 
     def _run(self, ids: list[int], *, keep: int, limit: int | None = None) -> torch.Tensor:
         if not ids:

@@ -321,12 +321,6 @@ class FillSession:
         """A verify proposal was dropped: the backend cannot rewind its cache."""
         self.stats.verify_unsupported += 1
 
-    def note_wasted_sample(self) -> None:
-        """An in-flight sample was dropped to take an assert fill: for a backend that
-        samples ahead of the loop. The synchronous ones here never call it (see
-        `FillStats.wasted_samples`)."""
-        self.stats.wasted_samples += 1
-
     def note_parse_failure(self) -> None:
         """The tool-call parser rejected this request's markup.
 

@@ -7,7 +7,7 @@ free text until the call opens), ``parallel_tool_calls`` and
 ``response_format`` (`build`). It reaches the decode loop through one object,
 `GrammarConstraint` (`matcher`), which is both
 
-1. a token mask for the sampler chain (`ffwd.engine.sampling.TokenConstraint`):
+1. a token mask for the sampler chain (`ffwd.engine.sample.sampling.TokenConstraint`):
    every id outside the grammar gets -inf before sampling, so every sampled
    id keeps the output valid; and
 2. a `ProposalSource` named ``grammar`` (origin ``grammar``, policy

@@ -21,7 +21,9 @@
       grammar accepts.
 
 The matcher follows whichever output it is asked about: it rolls back to the
-longest common prefix with that output and consumes the rest (`sync`). A
+longest common prefix with that output and consumes the rest (`sync`),
+comparing only the ids past the output committed when it last synced (the
+session's `observe` tells it what is committed). A
 verified span that the model rejected is thereby rolled back with the cache;
 `position` is what the decode loop checks under ``FFWD_FILL_TRACE``.
 """
@@ -142,6 +144,8 @@ class GrammarConstraint:
         self._history: list[int] = []  # committed output (what the session observed)
         self._words = torch.zeros(((vocab_size + 31) // 32,), dtype=torch.int32)
         self._allowed: torch.Tensor | None = None  # the mask at `position`, once computed
+        # At the last sync: its target, that target's length, the committed ids then.
+        self._last: tuple[Sequence[int] | None, int, int] = (None, 0, 0)
 
     # --- the state ---------------------------------------------------------
     @property
@@ -156,11 +160,13 @@ class GrammarConstraint:
 
     def sync(self, target: Sequence[int]) -> None:
         """Make the matcher's output `target`: roll back to the longest common
-        prefix, then consume the rest."""
+        prefix, then consume the rest. Only the ids past what is known to agree are
+        compared (`_agreed`), so a step costs what changed, not the output's length."""
         ids = self._ids
         n = len(ids)
-        if len(target) < n or list(target[:n]) != ids:
-            k = common_prefix(ids, target)
+        k = min(self._agreed(target), n, len(target))
+        if n > k and list(target[k:n]) != ids[k:]:
+            k += common_prefix(ids[k:], target[k:])
             if not self._m.rollback(n - k):
                 raise RuntimeError(f"grammar rollback of {n - k} ids failed: {self._error()}")
             del ids[k:]
@@ -172,6 +178,15 @@ class GrammarConstraint:
                 raise RuntimeError(f"grammar refused id {int(t)}: {self._error()}")
             ids.append(int(t))
             self._allowed = None
+        self._last = (target, len(target), len(self._history))
+
+    def _agreed(self, target: Sequence[int]) -> int:
+        """Leading ids of `target` the matcher's ids share for certain, without comparing:
+        the output committed when it last synced (every target starts with the committed
+        output, which never changes), or all of the last target when the same list comes
+        back (the loop's output list only grows)."""
+        last, length, committed = self._last
+        return max(committed, length if target is last else 0)
 
     def _error(self) -> str:
         return _reason(self._m.get_error() or "no reason given")

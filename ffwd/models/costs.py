@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ffwd.config import cache_dir
-from ffwd.engine.threads import BUSY
+from ffwd.engine.llama.threads import BUSY
 from ffwd.models.cache import read_cached, read_json, write_json
 from ffwd.models.files import ModelRef
 
@@ -36,7 +36,7 @@ def llama_cost_parts(*, device: str, threads: int, n_ctx: int, n_batch: int, kv_
                      flash_attn: str, deterministic: bool) -> tuple[object, ...]:
     """What a llama.cpp measurement depends on besides the model: the build, the CPU,
     where the layers run (`device`) and the settings."""
-    from ffwd.engine.native import cpu_model, system_info
+    from ffwd.engine.llama.native import cpu_model, system_info
 
     return (system_info(), cpu_model(), device, threads, n_ctx, n_batch, kv_cache, flash_attn,
             deterministic)
@@ -49,8 +49,8 @@ def read_cost_curve(path: Path) -> Any:
 
 
 def _cost_curve(path: Path) -> Any:
-    from ffwd.engine.attention import AttentionTable
-    from ffwd.engine.cost import CostSurface
+    from ffwd.engine.cost.surface import CostSurface
+    from ffwd.engine.llama.attention import AttentionTable
 
     data = read_json(path)
     if not isinstance(data, dict):
@@ -61,11 +61,11 @@ def _cost_curve(path: Path) -> Any:
 def load_or_measure(backend: Any, path: Path, refresh: bool = False,
                     measure: Callable[[Any], Any] | None = None) -> Any:
     """What is cached at `path`, or (none there, or `refresh`) `measure(backend)` (default:
-    `ffwd.engine.measure.measure`), saved there atomically unless other processes used
+    `ffwd.engine.cost.measure.measure`), saved there atomically unless other processes used
     more than `BUSY` of the machine meanwhile: then it serves this process only, and the
     next load measures again."""
-    from ffwd.engine.measure import measure as measure_surface
-    from ffwd.engine.threads import Contention
+    from ffwd.engine.cost.measure import measure as measure_surface
+    from ffwd.engine.llama.threads import Contention
 
     found = None if refresh else read_cost_curve(path)
     if found is not None:

@@ -23,7 +23,7 @@ from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
 from ffwd.models.weights import load_model, pick_device
 
 if TYPE_CHECKING:
-    from ffwd.engine.native import LoadReport
+    from ffwd.engine.llama.native import LoadReport
 
 
 log = logging.getLogger("ffwd.models")
@@ -53,40 +53,40 @@ def load_backend(
     measure_cost: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Any:
-    """The engine for `spec`: a `LlamaCppBackend` or an `HFBackend` (`choose_backend`).
+    """The engine for `spec`: the first sequence of a `LlamaContext` of `parallel` (its
+    `context`: the rest) or an `HFBackend` of one (`choose_backend`).
 
     On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
     `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
-    surface (and on llama.cpp the attention path, `ffwd.engine.attention`) comes
+    surface (and on llama.cpp the attention path, `ffwd.engine.llama.attention`) comes
     from the cache unless `measure_cost` asks for a new measurement; `progress`
-    hears what a measurement is doing. `deterministic` takes the exact path
-    (`ffwd.config.engine.exact`). `parallel` is how many sequences llama.cpp decodes
-    together (`ffwd.engine.batch`); transformers runs one.
+    hears what a measurement is doing. `deterministic` takes the exact path.
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
     if engine_for(ref, backend, dev) == "llamacpp":
-        from ffwd.engine.llamacpp import LlamaCppBackend
+        from ffwd.engine.llama.context import open_llama
 
         check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
                      deterministic=deterministic, flash_attn=flash_attn)
-        engine = LlamaCppBackend(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
-                                 log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
-                                 n_gpu_layers=n_gpu_layers, deterministic=deterministic,
-                                 parallel=parallel)
+        engine = open_llama(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
+                            log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
+                            n_gpu_layers=n_gpu_layers, deterministic=deterministic,
+                            parallel=parallel)
+        ctx: Any = engine.context  # a LlamaContext
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
         choose_attention(engine, cost_curve_path(ref, "llamacpp", llama_cost_parts(
-            device=engine.device_key, threads=engine.threads, n_ctx=engine.n_ctx,
+            device=ctx.device_key, threads=ctx.threads, n_ctx=ctx.n_ctx,
             n_batch=engine.max_append, kv_cache=kv_cache, flash_attn=flash_attn,
             deterministic=deterministic)), measure_cost, progress)
+        sampling_threads(1)  # the engine's thread samples between llama.cpp's forwards
         return engine
     import torch
 
     from ffwd.engine.hf import HFBackend
 
-    if threads > 0:
-        torch.set_num_threads(threads)
+    sampling_threads(threads)
     model = load_model(ref, dtype=dtype, device=dev)
     hf = HFBackend(model, prefill_chunk=prefill_chunk)
     hf.cost = load_or_measure(hf, cost_curve_path(ref, "transformers", (
@@ -95,35 +95,48 @@ def load_backend(
     return hf
 
 
+def sampling_threads(threads: int) -> None:
+    """torch's threads, set once a model is loaded: one beside llama.cpp, whose forwards
+    run on the engine's thread (torch loads the same OpenMP runtime, and a parallel torch
+    op there would start a second team on the cores ggml's team spins on; torch only
+    samples), `threads` for transformers (0: torch's default)."""
+    import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+
+
 def choose_attention(engine: Any, path: Path, refresh: bool,
                      progress: Callable[[str], None] | None) -> None:
     """Put `engine` on the attention path measured fastest here (cached at `path`), with
     that path's cost surface; a first measurement says what it does through `progress`."""
-    from ffwd.engine.attention import AttentionPath, Mix
-    from ffwd.engine.measure import measure_paths
-    from ffwd.engine.native import available_mib
+    from ffwd.engine.cost.measure import measure_paths
+    from ffwd.engine.llama.attention import AttentionPath, Mix
+    from ffwd.engine.llama.native import available_mib
+
+    ctx = engine.context
 
     def run(backend: Any) -> Any:
         say = progress or (lambda text: log.info("measuring attention paths: %s", text))
-        say(f"timing {len(backend.paths)} attention path(s) on this machine, once "
-            "(cached): " + ", ".join(p.name for p in backend.paths))
-        return measure_paths(backend, backend.paths, Mix(), available_mib() / 2, say)
+        say(f"timing {len(ctx.paths)} attention path(s) on this machine, once "
+            "(cached): " + ", ".join(p.name for p in ctx.paths))
+        return measure_paths(backend, ctx.paths, Mix(), available_mib() / 2, say)
 
     table = load_or_measure(engine, path, refresh, run)
     chosen = AttentionPath.parse(table.chosen)
-    if chosen != engine.attention:
-        engine.use_attention(chosen)
+    if chosen != ctx.attention:
+        ctx.use_attention(chosen)
     engine.cost = table.paths[table.chosen].surface
     engine.attention_table = table
 
 
 def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: str | int,
                  deterministic: bool = False, flash_attn: str = "auto") -> LoadReport:
-    """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.probe`),
+    """Make sure llama.cpp can run a first forward of `ref` here (`ffwd.engine.llama.probe`),
     and say where it put the weights and the cache; raise `EngineFailure` with what
     failed and what to do. A success is cached per library build, CPU, model and settings."""
-    from ffwd.engine.native import LoadReport, cpu_model, system_info
-    from ffwd.engine.probe import first_forward
+    from ffwd.engine.llama.native import LoadReport, cpu_model, system_info
+    from ffwd.engine.llama.probe import first_forward
 
     line = system_info()
     key = hashlib.sha256("\n".join(map(str, (
@@ -151,7 +164,7 @@ def engine_for(ref: ModelRef, backend: str = "auto", device: str = "auto") -> st
     requested, gguf = resolve_backend(backend), ref.gguf_file is not None
     offload = False
     if gguf and requested != "transformers":
-        from ffwd.engine.native import gpu_offload
+        from ffwd.engine.llama.native import gpu_offload
 
         offload = gpu_offload()
     return choose_backend(requested, gguf=gguf, device=pick_device(device), gpu_offload=offload)
@@ -210,7 +223,7 @@ def check_vocab(backend: Any, tokenizer: Any, name: str) -> None:
             f"{backend.vocab_size}: they are not the same vocabulary"
         )
     for i in sorted(set(default_eos_ids(tokenizer)) | backend.eos_ids):
-        ours, theirs = tokenizer.convert_ids_to_tokens(i), backend.token_text(i)
+        ours, theirs = tokenizer.convert_ids_to_tokens(i), backend.context.token_text(i)
         if ours != theirs:
             raise ValueError(
                 f"{name}: id {i} is {ours!r} to the tokenizer but {theirs!r} to llama.cpp"

@@ -9,20 +9,22 @@ Completions and Responses, Anthropic Messages) translates it into a
 whatever model was asked for (``default`` included). `delivery.respond` runs
 the request on an `execute.Executor` and hands the events to that writer. Errors on
 ``/v1/messages`` have Anthropic's shape, everywhere else OpenAI's. By default
-the executor is a `LocalExecutor` over a `Service` on this process's worker
-thread; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
+the executor is a `LocalExecutor`: the engine's loop over a `Service`, in this
+process; under `ffwd.deploy` it is a Ray Serve replica. `create_app` is the one
 app factory for both. Browser pages from other origins may call it as
 `cors.CorsPolicy` allows (``--cors-origins``; by default localhost pages only).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ffwd.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE
@@ -85,7 +87,7 @@ def create_app(
         if service is None:
             raise TypeError("create_app needs a service or an executor")
         executor = LocalExecutor(service, max_queue, metrics=metrics)
-    app = FastAPI(title="ffwd", docs_url=None, redoc_url=None)
+    app = FastAPI(title="ffwd", docs_url=None, redoc_url=None, lifespan=_lifespan(executor))
     app.state.executor = executor
     app.state.metrics = metrics
     if executor.forward_calls() is not None:
@@ -109,6 +111,17 @@ def create_app(
                        cors=CorsPolicy(cors_origins), keep_alive=keep_alive,
                        access_log=access_log)
     return app
+
+
+def _lifespan(executor: Executor) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """The app's life: when the server stops, the executor stops too (`close`)."""
+
+    @asynccontextmanager
+    async def life(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(executor.close)
+
+    return life
 
 
 def _error_handlers(app: FastAPI) -> None:

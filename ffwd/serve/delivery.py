@@ -2,10 +2,12 @@
 
 `respond` starts a validated `GenerationRequest` on the executor and hands
 every event to the request's `Writer` (the dialect's), as a whole body or as
-a stream; the last event carries the result. A client that goes away,
-streaming or not, cancels its generation (`ClientWatch`): the model stops
-within a step. A failed run is a counted server error: a 5xx body, or an
-error event once a stream has begun.
+a stream; the last event carries the result. The events come in lists, one
+per engine step for a stream (written as one chunk of server-sent events), or
+all at once for a whole body. A client that goes away, streaming or not,
+cancels its generation (`ClientWatch`): the model stops within a step. A
+failed run is a counted server error: a 5xx body, or an error event once a
+stream has begun.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from typing import Any, Protocol
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from ffwd.engine.core.scheduler import Item
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.errors import APIError, as_api_error, server_error
 from ffwd.serve.execute import Executor, Job
 from ffwd.serve.metrics import Metrics
 from ffwd.serve.request import GenerationRequest
 
-# What the run sends: its events, a failure, or None once it has ended.
-Item = TokenEvent | BaseException | None
+Items = asyncio.Queue[list[Item]]  # what a run sent, a list at a time
 
 
 class ClientGone(Exception):
@@ -93,43 +95,39 @@ class ClientWatch:
 async def respond(request: Request, executor: Executor, metrics: Metrics,
                   req: GenerationRequest, writer: Writer) -> Response:
     """Run `req` and answer with `writer`'s body or stream (see the module docstring)."""
-    loop = asyncio.get_running_loop()
-    events: asyncio.Queue[Item] = asyncio.Queue()
+    items: Items = asyncio.Queue()
     watch = ClientWatch(executor, metrics, request.url.path, req.stream)
+    access = request.state.access
 
-    def put(item: TokenEvent | BaseException) -> None:
-        if isinstance(item, BaseException):
-            if as_api_error(item).status >= 500:
-                metrics.generation_errors.labels(endpoint=metrics.endpoint(request.url.path)).inc()
-        elif item.result is not None:  # counted here: cancelled runs have no reader
-            metrics.observe_finished(item.result)
-            request.state.access.result = item.result  # for the request's log line
-        send(item)
+    def deliver(batch: list[Item]) -> None:  # on this event loop's thread
+        for item in batch:
+            if item is None:  # once, after the run's last event
+                watch.settle()
+            elif isinstance(item, BaseException):
+                if as_api_error(item).status >= 500:
+                    metrics.generation_errors.labels(
+                        endpoint=metrics.endpoint(request.url.path)).inc()
+            elif item.result is not None:  # counted here: cancelled runs have no reader
+                metrics.observe_finished(item.result)
+                access.result = item.result  # for the request's log line
+        items.put_nowait(batch)
 
-    def end() -> None:  # once, after the run's last event
-        watch.settle()
-        send(None)
-
-    def send(item: Item) -> None:
-        if not loop.is_closed():  # gone with its client (an app run by a test's own loop)
-            loop.call_soon_threadsafe(events.put_nowait, item)
-
-    started = await executor.start(req, put, end)
+    started = await executor.start(req, deliver)
     watch.job = started.job
     if req.stream:
         return StreamingResponse(
-            _sse(events, watch, writer, metrics, time.perf_counter()),
+            _sse(items, watch, writer, metrics, time.perf_counter()),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **started.headers},
         )
-    return await _whole(request, events, watch, writer, metrics, started.headers)
+    return await _whole(request, items, watch, writer, metrics, started.headers)
 
 
-async def _watch_disconnect(request: Request, events: asyncio.Queue[Item]) -> None:
+async def _watch_disconnect(request: Request, items: Items) -> None:
     """Wait for the client to go away (the body is read: only a disconnect can come)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
-    events.put_nowait(ClientGone())
+    items.put_nowait([ClientGone()])
 
 
 class _Clock:
@@ -148,14 +146,14 @@ class _Clock:
 
 
 async def _whole(
-    request: Request, events: asyncio.Queue[Item], watch: ClientWatch, writer: Writer,
+    request: Request, items: Items, watch: ClientWatch, writer: Writer,
     metrics: Metrics, headers: dict[str, str],
 ) -> Response:
     clock = _Clock(metrics, time.perf_counter())
     result: GenerationResult | None = None
-    watcher = asyncio.create_task(_watch_disconnect(request, events))
+    watcher = asyncio.create_task(_watch_disconnect(request, items))
     try:
-        while (item := await events.get()) is not None:
+        async for item in _each(items):
             if isinstance(item, ClientGone):
                 watch()
                 return Response(status_code=499)  # nginx's "client closed request"
@@ -175,26 +173,42 @@ async def _whole(
 
 
 async def _sse(
-    events: asyncio.Queue[Item], watch: ClientWatch, writer: Writer, metrics: Metrics,
-    started: float,
+    items: Items, watch: ClientWatch, writer: Writer, metrics: Metrics, started: float,
 ) -> AsyncIterator[str]:
     clock = _Clock(metrics, started)
     try:
-        for line in writer.opening():
-            yield line
-        while (item := await events.get()) is not None:
-            if isinstance(item, BaseException):
-                metrics.stream_errors.labels(endpoint=watch.endpoint).inc()
-                yield writer.error_event(as_api_error(item))
-                break
-            if item.result is None:
-                clock.token()
-            for line in writer.event(item):
-                yield line
-            if item.result is not None:
-                clock.done()
+        if opening := "".join(writer.opening()):
+            yield opening
+        ended = False
+        while not ended:
+            lines: list[str] = []  # one step's events, written as one chunk
+            for item in await items.get():
+                if item is None:
+                    ended = True
+                elif isinstance(item, BaseException):
+                    metrics.stream_errors.labels(endpoint=watch.endpoint).inc()
+                    lines.append(writer.error_event(as_api_error(item)))
+                    ended = True
+                    break
+                else:
+                    if item.result is None:
+                        clock.token()
+                    lines.extend(writer.event(item))
+                    if item.result is not None:
+                        clock.done()
+            if lines:
+                yield "".join(lines)
     except (GeneratorExit, asyncio.CancelledError):
         watch()  # the client went away: stop the generation within a step
         raise
     finally:
         watch.done()
+
+
+async def _each(items: Items) -> AsyncIterator[TokenEvent | BaseException]:
+    """A run's items one at a time, until its end."""
+    while True:
+        for item in await items.get():
+            if item is None:
+                return
+            yield item

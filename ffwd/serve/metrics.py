@@ -14,14 +14,15 @@ the forward count) how many sequences each model forward carried.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from ffwd.engine.batch import BatchStats
-from ffwd.engine.generate import GenerationResult
+from ffwd.engine.core.batch import BatchStats
+from ffwd.engine.core.generate import GenerationResult
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
@@ -54,6 +55,18 @@ class _BatchSizes(Collector):
         yield HistogramMetricFamily(
             "ffwd_batch_sequences", "Sequences (running requests) carried by one model forward",
             buckets=buckets, sum_value=total)
+
+
+class EngineView(Protocol):
+    """What /metrics reads live of the engine's loop (`ffwd.engine.core.scheduler.Engine`)."""
+
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def active(self) -> int: ...
+
+    def batch_stats(self) -> BatchStats: ...
 
 
 class Metrics:
@@ -121,6 +134,13 @@ class Metrics:
         """Report `read()` (the model's forwards by sequences carried) as
         ffwd_batch_sequences."""
         self.registry.register(_BatchSizes(read))
+
+    def watch_engine(self, engine: EngineView) -> None:
+        """Report the engine's line and sequences live: ffwd_queue_depth,
+        ffwd_active_sequences and ffwd_batch_sequences."""
+        self.queue_depth.set_function(lambda: engine.depth)
+        self.active_sequences.set_function(lambda: engine.active)
+        self.watch_batches(engine.batch_stats)
 
     def endpoint(self, path: str) -> str:
         """The label for a request path: the route itself, or `OTHER_ENDPOINT`."""

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.sample.sampling import SamplingParams
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,11 @@
 sampling, limits, fill settings, compiled tool rows, how calls are read, the
 request's grammar), raising `APIError` for anything the client got wrong: a
 schema llguidance cannot compile is a 400 naming the tool or
-``response_format``. `run` executes on one of the executor's worker threads,
-on a sequence of its own (`slots.Slots`: up to ``--parallel`` runs share each
-forward), whose cache it starts from the best state held and emits the events of
-`ffwd.engine.generate.stream_generate`; the request (prompt and output) then
-joins its tenant's earlier ones (`ffwd.fill.recall`). `count_tokens` and `model_info` answer
-what the server asks without running anything (`execute.Service`).
+``response_format``. `steps` is the prepared run on the sequence the engine's
+loop gave it (`ffwd.engine.core.generate.stream_steps`); the request (prompt and
+output) then joins its tenant's earlier ones (`ffwd.fill.recall`).
+`count_tokens` and `model_info` answer what the server asks without running
+anything (`execute.Service`).
 """
 
 from __future__ import annotations
@@ -29,26 +28,25 @@ from ffwd.config import (
     SettingError,
     TokenLimits,
 )
-from ffwd.engine.backend import Backend
-from ffwd.engine.batch import BatchStats
-from ffwd.engine.generate import Prepared, stream_generate
+from ffwd.engine.backend import Backend, Context
+from ffwd.engine.core.decode import Steps
+from ffwd.engine.core.generate import Prepared, stream_steps
+from ffwd.engine.core.prompt_cache import PromptCache
+from ffwd.engine.events import GenerationResult
 from ffwd.engine.promise import loaded_promise
-from ffwd.engine.sampling import SamplingParams
-from ffwd.engine.text import ToolCalls
+from ffwd.engine.sample.sampling import SamplingParams
+from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.fill.recall import RecallConfig, RecallIndex
 from ffwd.fill.spans import SharedAcceptance
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
-from ffwd.serve.execute import Emit
-from ffwd.serve.prompt_cache import PromptCache
 from ffwd.serve.request import GenerationRequest
-from ffwd.serve.slots import Slots
 from ffwd.templates import formats
 from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 
-__all__ = ["Emit", "ModelService", "Ready", "load_service"]
+__all__ = ["ModelService", "Ready", "load_service"]
 COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 
@@ -91,7 +89,6 @@ class ModelService:
         self.context_window = context_window or backend.context_window
         # Saved states need a checkpointable cache; without one only the live cache is reused.
         self.prompt_cache = PromptCache(prompt_cache_bytes if backend.can_checkpoint else 0)
-        self.slots = Slots(backend.sequences(), self.prompt_cache)  # --parallel N
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
         self.grammars, self.grammar_unavailable = _request_grammars(
@@ -104,15 +101,13 @@ class ModelService:
         self.acceptance = SharedAcceptance()
 
     @property
-    def forward_calls(self) -> int:
-        return self.slots.forward_calls
+    def context(self) -> Context:
+        return self.backend.context
 
     @property
     def parallel(self) -> int:
-        return len(self.slots)
-
-    def batch_stats(self) -> BatchStats:
-        return self.backend.batch_stats()
+        """How many requests decode together (``--parallel``)."""
+        return len(self.context.sequences)
 
     def model_info(self) -> dict[str, Any]:
         grammar = self.grammars is not None
@@ -259,21 +254,19 @@ class ModelService:
             )
         return req.sampling
 
-    # --- running (worker thread) --------------------------------------------
-    def reset(self) -> None:
-        """Forget what a failed run may have left: the caches of the sequences no run holds
-        (a failed run empties its own; earlier outputs stay)."""
-        self.slots.reset_idle()
+    # --- running (the engine's loop) -------------------------------------------
+    def prompt(self, ready: Ready) -> list[int]:
+        return ready.prompt_ids
 
-    def run(self, ready: Ready, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        """Generate, emitting each event (the last carries the result); the request, its
-        prompt then its output, joins the tenant's earlier ones (`ffwd.fill.recall`)."""
+    def steps(self, ready: Ready, seq: Backend, cancelled: Callable[[], bool]) -> Steps[None]:
+        """The run on `seq`; once its result is made, the request (its prompt, then its
+        output) joins the tenant's earlier ones (`ffwd.fill.recall`)."""
         prep = ready.prepared
-        with self.slots.take(prep.prompt_ids) as backend:  # a sequence of its own
-            for event in stream_generate(backend, self.tokenizer, prep, cancelled=cancelled):
-                emit(event)
-                if event.result is not None:  # once the client has it: prompt and output
-                    self.recall.add(ready.tenant, [*prep.prompt_ids, *event.result.token_ids])
+
+        def remember(result: GenerationResult) -> None:
+            self.recall.add(ready.tenant, [*prep.prompt_ids, *result.token_ids])
+
+        return stream_steps(seq, self.tokenizer, prep, cancelled=cancelled, done=remember)
 
 
 def load_service(
@@ -302,10 +295,6 @@ def load_service(
     step("tokenizer")
     backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
     step("weights")
-    if backend.engine == "llama.cpp":
-        from ffwd.engine.llamacpp import torch_beside_llama
-
-        torch_beside_llama()  # torch samples on the requests' threads, beside llama.cpp's
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format,
         prompt_cache_bytes=prompt_cache_bytes, limits=limits,

@@ -11,10 +11,15 @@ Text is decoded as written (special tokens kept, no clean-up of spaces).
 report them: a token can end inside a UTF-8 character, so its text alone
 cannot rebuild the output. Byte-level BPE vocabularies (GPT-2 style) spell
 bytes as printable characters; SentencePiece ones spell raw bytes as ``<0xNN>``.
+`token_text(tokenizer)` is one per tokenizer, its ids remembered across
+requests. With a byte-level vocabulary the output's text is exactly the UTF-8
+of its ids' bytes, so the `Detokenizer` given a `TokenText` reads each id's
+bytes once and decodes them incrementally, without calling the tokenizer.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -38,24 +43,33 @@ class Detokenizer:
     ('hi', '', True)
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Any, tokens: TokenText | None = None) -> None:
         self.tokenizer = tokenizer
         self.ids: list[int] = []
         self._prefix = 0  # window start
         self._read = 0  # ids already turned into text
+        # A byte-level vocabulary: each id's bytes, decoded as they come.
+        self._bytes = tokens if tokens is not None and tokens.byte_level else None
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     @property
     def pending(self) -> bool:
         """Whether some ids are held back (their text is not out yet)."""
+        if self._bytes is not None:
+            return bool(self._utf8.getstate()[0])
         return self._read < len(self.ids)
 
     def feed(self, ids: Sequence[int]) -> str:
         """The text that `ids` complete (held back while it ends mid-character)."""
         self.ids.extend(ids)
+        if self._bytes is not None:
+            return self._utf8.decode(b"".join(self._bytes(i)[1] for i in ids))
         return self._release(final=False)
 
     def flush(self) -> str:
         """Whatever is held back, at the end of the output."""
+        if self._bytes is not None:
+            return self._utf8.decode(b"", final=True)
         return self._release(final=True)
 
     def _release(self, final: bool) -> str:
@@ -85,6 +99,12 @@ def _byte_decoder() -> dict[str, int]:
             chars.append(256 + extra)
             extra += 1
     return {chr(c): b for b, c in zip(printable, chars, strict=True)}
+
+
+@cache
+def token_text(tokenizer: Any) -> TokenText:
+    """The one `TokenText` of `tokenizer` (its ids' texts remembered across requests)."""
+    return TokenText(tokenizer)
 
 
 class TokenText:

@@ -24,7 +24,7 @@ CHUNK = 64  # ids per prefill forward (and the most per forward) in every case
 
 
 def _offloads() -> bool:
-    from ffwd.engine.native import gpu_offload
+    from ffwd.engine.llama.native import gpu_offload
 
     return gpu_offload()
 
@@ -56,18 +56,18 @@ def make_backend(case: str, eos: Sequence[int] = ()) -> Any:
     kind, family = case.split(":")
     if kind == "transformers":
         return tiny_backend(family, eos=eos)
-    from ffwd.engine.llamacpp import LlamaCppBackend
+    from ffwd.engine.llama.context import LlamaContext
 
     if len(eos) > 1:
         raise ValueError("the tiny GGUF files declare at most one EOS id")
     path = _gguf(family, eos[0] if eos else None)
     layers = -1 if kind == "llamacpp-gpu" else 0
     parallel = 3 if kind == "llamacpp-seq" else 1
-    backend = LlamaCppBackend(path, n_ctx=512, n_batch=CHUNK, threads=1, n_gpu_layers=layers,
-                              parallel=parallel)
+    ctx = LlamaContext(path, n_ctx=512, n_batch=CHUNK, threads=1, n_gpu_layers=layers,
+                       parallel=parallel)
     if parallel == 1:
-        return backend
-    first, middle, last = backend.sequences()
+        return ctx.sequences[0]
+    first, middle, last = ctx.sequences
     first.prefill([(7 * i) % 60 + 3 for i in range(90)])  # neighbours with other ids
     last.prefill([(5 * i) % 60 + 3 for i in range(30)])
     return middle

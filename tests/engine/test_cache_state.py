@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ffwd.serve.prompt_cache import PromptCache
+from ffwd.engine.core.prompt_cache import PromptCache
 from tests.engine.backends import make_backend
 
 A = [3, 9, 4, 12, 7, 7, 1, 30, 22, 5, 8]

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 import ffwd.models.costs
-from ffwd.engine.cost import CostSurface, flat
-from ffwd.engine.measure import measure
-from ffwd.engine.threads import Contention
+from ffwd.engine.cost.measure import measure
+from ffwd.engine.cost.surface import CostSurface, flat
+from ffwd.engine.llama.threads import Contention
 from ffwd.fill.spans import Undo, choose_span
 from ffwd.models import load_or_measure
 from tests.engine.tiny_models import tiny_backend

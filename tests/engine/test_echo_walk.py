@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.engine.loop import fixed_policy
+from ffwd.engine.core.decode import fixed_policy
 from tests.engine.test_generate import ECHO, run
 from tests.engine.tiny_models import repetitive_prompt
 from tools.acceptance import echo_walk, position_rates

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from ffwd.config import FillConfig
+from ffwd.engine.core.decode import fixed_policy
+from ffwd.engine.core.generate import Prepared, generate, stream_generate
 from ffwd.engine.events import END, GenerationResult
-from ffwd.engine.generate import Prepared, generate, stream_generate
-from ffwd.engine.loop import fixed_policy
-from ffwd.engine.sampling import SamplingParams
-from ffwd.engine.text import StopMatcher, ToolCalls
+from ffwd.engine.sample.sampling import SamplingParams
+from ffwd.engine.sample.text import StopMatcher, ToolCalls
 from ffwd.fill import FillPlan, FillRow, read_trace
 from ffwd.templates.formats import get_format
 from ffwd.templates.text import Detokenizer

@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 
 from ffwd.config import FillConfig
+from ffwd.engine.core.decode import SpanPolicy, fixed_policy
+from ffwd.engine.core.generate import generate
 from ffwd.engine.events import GenerationResult
-from ffwd.engine.generate import generate
-from ffwd.engine.loop import SpanPolicy, fixed_policy
-from ffwd.engine.sampling import SamplingParams
-from ffwd.engine.text import ToolCalls
+from ffwd.engine.sample.sampling import SamplingParams
+from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan, FillSession, Proposal
 from ffwd.fill.spans import SpanChoice
 from ffwd.grammar import RequestGrammars

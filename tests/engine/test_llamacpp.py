@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ffwd.engine.native import init_llama, system_info
+from ffwd.engine.llama.native import init_llama
 from ffwd.models import check_vocab
 from tests.engine.backends import make_backend
 from tests.engine.tiny_gguf import piece
@@ -17,10 +17,10 @@ def test_append_asks_llama_cpp_for_the_last_row_only() -> None:
     lib = init_llama()
     b.prefill([5, 6, 7, 8])
     b.forward([9, 10, 11])
-    assert all(lib.llama_get_logits_ith(b._ctx[0], i) for i in range(3))
+    assert all(lib.llama_get_logits_ith(b.context._ctx[0], i) for i in range(3))
     b.append([12, 13, 14])
-    assert not lib.llama_get_logits_ith(b._ctx[0], 0)  # never computed, never copied
-    assert lib.llama_get_logits_ith(b._ctx[0], 2)
+    assert not lib.llama_get_logits_ith(b.context._ctx[0], 0)  # never computed, never copied
+    assert lib.llama_get_logits_ith(b.context._ctx[0], 2)
 
 
 def test_llama_cpp_logs_nothing_unless_asked(capfd: pytest.CaptureFixture[str]) -> None:
@@ -29,10 +29,6 @@ def test_llama_cpp_logs_nothing_unless_asked(capfd: pytest.CaptureFixture[str]) 
     assert b.append([6]).shape == (64,)
     out, err = capfd.readouterr()
     assert out == "" and err == ""
-
-
-def test_system_info_names_the_instruction_sets() -> None:
-    assert "CPU :" in system_info()
 
 
 class Tokenizer:
@@ -60,7 +56,7 @@ def test_the_vocabulary_check_accepts_the_matching_tokenizer() -> None:
     check_vocab(b, tok, "tiny")  # raises on a mismatch
     # It compared the spelling of every end id, and they agree.
     assert b.eos_ids == {2} and tok.asked == [2]
-    assert tok.convert_ids_to_tokens(2) == b.token_text(2)
+    assert tok.convert_ids_to_tokens(2) == b.context.token_text(2)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""llama.cpp's thread count may change between steps (`ffwd.engine.threads`): the count
+"""llama.cpp's thread count may change between steps (`ffwd.engine.llama.threads`): the count
 reaches llama.cpp, and under `deterministic` the logits are the same whatever count a step
 ran on."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from ffwd.engine.llamacpp import LlamaCppBackend
-from ffwd.engine.native import init_llama
+from ffwd.engine.llama.context import LlamaContext
+from ffwd.engine.llama.native import init_llama
 from tests.engine.backends import _gguf
 
 
@@ -34,8 +34,9 @@ class Share:
         return self.value
 
 
-def greedy(backend: LlamaCppBackend, steps: int, seen: list[int] | None = None) -> list[int]:
+def greedy(ctx: LlamaContext, steps: int, seen: list[int] | None = None) -> list[int]:
     lib = init_llama()
+    backend = ctx.sequences[0]
     backend.prefill([3, 9, 4, 7, 11, 5])
     logits, out = backend.last_logits, []
     for _ in range(steps):
@@ -44,14 +45,14 @@ def greedy(backend: LlamaCppBackend, steps: int, seen: list[int] | None = None) 
         out.append(token)
         logits = backend.append([token])
         if seen is not None:
-            seen.append(int(lib.llama_n_threads(backend._ctx[0])))
+            seen.append(int(lib.llama_n_threads(ctx._ctx[0])))
     return out
 
 
 def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -> None:
     path = _gguf("llama", None)
-    steady = LlamaCppBackend(path, n_ctx=256, threads=2, deterministic=True)
-    flipping = LlamaCppBackend(path, n_ctx=256, threads=2, deterministic=True)
+    steady = LlamaContext(path, n_ctx=256, threads=2, deterministic=True)
+    flipping = LlamaContext(path, n_ctx=256, threads=2, deterministic=True)
     flipping._threads = Flip()  # type: ignore[assignment]
     seen: list[int] = []
     assert greedy(flipping, 40, seen) == greedy(steady, 40)
@@ -61,5 +62,5 @@ def test_a_thread_count_change_reaches_llama_cpp_and_leaves_the_output_alone() -
     # count while others use them.
     for others, batch in ((0.0, 2), (0.9, Flip.settled)):
         flipping._others = Share(others)  # type: ignore[assignment]
-        flipping.forward([5, 6, 7])
+        flipping.sequences[0].forward([5, 6, 7])
         assert int(init_llama().llama_n_threads_batch(flipping._ctx[0])) == batch

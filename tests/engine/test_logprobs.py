@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from ffwd.config import FillConfig
+from ffwd.engine.core.decode import fixed_policy, token_logprob
+from ffwd.engine.core.generate import Prepared, stream_generate
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.generate import Prepared, stream_generate
 from ffwd.engine.hf import HFBackend
-from ffwd.engine.loop import fixed_policy, token_logprob
 from ffwd.fill import FillPlan, FillRow
 from tests.engine.tiny_models import CharTokenizer, repetitive_prompt, tiny_backend, tiny_model
 

@@ -8,20 +8,21 @@ from collections.abc import Sequence
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
-import ffwd.engine.loop as loop
-from ffwd.engine.loop import fixed_policy, generate_step
-from ffwd.engine.sampling import (
-    Sampler,
-    SamplingParams,
-    SpanVerdict,
+import ffwd.engine.core.decode as loop
+from ffwd.engine.core.decode import fixed_policy, generate_step
+from ffwd.engine.core.generate import drive
+from ffwd.engine.sample.processors import (
+    OutputCounts,
     apply_min_p,
     apply_presence_frequency,
     apply_repetition_penalty,
     apply_top_k,
     apply_top_p,
-    verify_span,
 )
+from ffwd.engine.sample.sampling import Sampler, SamplingParams, SpanVerdict, verify_span
 from ffwd.fill import FillPlan, FillSession, Proposal, TokenView
 from tests.engine.tiny_models import tiny_backend
 
@@ -48,10 +49,28 @@ def test_top_p_matches_a_full_sort() -> None:
 
 def test_penalties() -> None:
     logits = torch.tensor([2.0, -2.0, 1.0])
-    rep = apply_repetition_penalty(logits, torch.tensor([0, 1, 1]), 2.0)
+    rep = apply_repetition_penalty(logits, torch.tensor([True, True, False]), 2.0)
     assert rep.tolist() == [1.0, -4.0, 1.0]
-    pf = apply_presence_frequency(logits, torch.tensor([2, 2]), presence=0.5, frequency=0.25)
+    pf = apply_presence_frequency(logits, torch.tensor([0.0, 0.0, 2.0]), presence=0.5,
+                                  frequency=0.25)
     assert pf.tolist() == [2.0, -2.0, 0.0]
+
+
+@given(st.lists(st.lists(st.integers(0, 9), max_size=12), min_size=1, max_size=8),
+       st.lists(st.integers(0, 9), max_size=5))
+def test_output_counts_follow_the_output_wherever_it_goes(outputs: list[list[int]],
+                                                          prompt: list[int]) -> None:
+    """Grown in place (the loop's output), or cut back and rewritten (a rejected span):
+    the counts are always the output's own."""
+    counts = OutputCounts(prompt)
+    grown: list[int] = []
+    for out in outputs:
+        grown.extend(out)
+        for generated in (grown, out):  # the same list grown, then another list
+            got = counts.update(generated, 10)
+            assert got.tolist() == torch.bincount(torch.tensor(generated, dtype=torch.long),
+                                                  minlength=10).float().tolist()
+            assert counts.seen().tolist() == [i in prompt or i in generated for i in range(10)]
 
 
 def test_seeded_draws_are_tied_to_the_seed_and_the_position() -> None:
@@ -146,9 +165,9 @@ def _sample_pairs(
         backend.prefill(prompt)  # type: ignore[attr-defined]
         session = FillSession(FillPlan(), prompt, sources=[FixedVerifySource()]) if fill else None
         sampler = Sampler(SamplingParams(temperature=1.0, seed=seed))
-        ids = [e.id for e in generate_step(
+        ids = [e.id for e in drive(backend, generate_step(  # type: ignore[arg-type]
             backend, sampler, max_tokens=3, session=session, policy=fixed_policy(probe),  # type: ignore[arg-type]
-        )]
+        ))]
         counts[(ids[1], ids[2])] += 1
     return counts
 

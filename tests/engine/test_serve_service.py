@@ -13,6 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from ffwd.config import FillConfig, TokenLimits
+from ffwd.engine.core.generate import drive
 from ffwd.engine.events import TokenEvent
 from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
@@ -89,8 +90,8 @@ def test_a_cancelled_run_stops_within_one_step() -> None:
     backend = svc.backend
     start = backend.forward_calls
     cancel_at = start + 6  # the client leaves during the sixth forward of this request
-    events: list[TokenEvent] = []
-    svc.run(prep, events.append, lambda: backend.forward_calls >= cancel_at)
+    steps = svc.steps(prep, backend, lambda: backend.forward_calls >= cancel_at)
+    events: list[TokenEvent] = list(drive(backend, steps))
     fin = events[-1].result
     assert fin is not None and fin.finish_reason == "cancelled"
     # The id from the forward that saw the cancel is the last: no forward after it.

@@ -15,10 +15,10 @@ import pytest
 from ffwd.bench import agreement
 from ffwd.cli import main as ffwd_main
 from ffwd.config import FillConfig
-from ffwd.engine.generate import generate
-from ffwd.engine.llamacpp import LlamaCppBackend
-from ffwd.engine.loop import fixed_policy
-from ffwd.engine.text import ToolCalls
+from ffwd.engine.core.decode import fixed_policy
+from ffwd.engine.core.generate import generate
+from ffwd.engine.llama.context import LlamaContext
+from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.models import check_vocab, load_backend, load_tokenizer
 from ffwd.templates.render import encode_prompt, render_chat, resolve_template
@@ -60,7 +60,7 @@ def backend(request: pytest.FixtureRequest, tokenizer: Any) -> Any:
 
 def test_the_default_model_runs_on_llama_cpp(tokenizer: Any) -> None:
     b = load_backend("default", tokenizer=tokenizer)  # auto, CPU: the vocabulary check passed
-    assert isinstance(b, LlamaCppBackend) and b.vocab_size == len(tokenizer)
+    assert isinstance(b.context, LlamaContext) and b.vocab_size == len(tokenizer)
     assert set(default_eos_ids(tokenizer)) <= b.eos_ids
     with pytest.raises(ValueError, match="not the same vocabulary"):
         check_vocab(b, load_tokenizer("gemma3"), "default")

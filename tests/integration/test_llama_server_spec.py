@@ -56,7 +56,7 @@ def test_the_xllamacpp_fallback_serves_the_same_api(monkeypatch: pytest.MonkeyPa
 
 @native
 def test_the_native_build_line_is_the_engines() -> None:
-    from ffwd.engine.native import system_info
+    from ffwd.engine.llama.native import system_info
 
     built = llama_server.build()
     assert built["kind"] == llama_server.NATIVE and built["version"]

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from ffwd.config import EngineConfig, FillConfig
+from ffwd.engine.core.decode import fixed_policy
+from ffwd.engine.core.generate import stream_generate
 from ffwd.engine.events import GenerationResult, TokenEvent
-from ffwd.engine.generate import stream_generate
-from ffwd.engine.loop import fixed_policy
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.request import Context
 from ffwd.serve.service import ModelService, load_service

@@ -13,7 +13,6 @@ from fastapi.testclient import TestClient
 from ffwd.engine.events import TokenEvent
 from ffwd.serve.app import create_app
 from ffwd.serve.errors import bad_request
-from ffwd.serve.execute import Emit
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ContentDelta, ToolCall
 from tests.unit.scripted import ScriptedModel, call, result, text
@@ -59,10 +58,10 @@ class AgentService(ScriptedModel):
                               param=req.param("max_tokens"))
         return req
 
-    def run(self, prepared: GenerationRequest, emit: Emit, cancelled: Callable[[], bool]) -> None:
+    def run(self, prepared: GenerationRequest,
+            cancelled: Callable[[], bool]) -> Iterator[TokenEvent]:
         script = self.script_for(prepared) if self.script_for else self.script
-        for item in script:
-            emit(item)
+        yield from script
 
     def count_tokens(self, req: GenerationRequest) -> int:
         self.seen.append(req)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ffwd.config import SettingError, resolve_engine_config
-from ffwd.engine.attention import (
+from ffwd.engine.cost.surface import CostSurface
+from ffwd.engine.llama.attention import (
     AttentionPath,
     AttentionTable,
     Measured,
@@ -14,7 +15,6 @@ from ffwd.engine.attention import (
     choose,
     turn_ms,
 )
-from ffwd.engine.cost import CostSurface
 
 
 def surface(step: dict[int, float], span16: dict[int, float], chunk: dict[int, float]) -> \

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ffwd.engine.batchcost import SequenceCost, batch_price, prefill_budget
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.cost.batched import (
+    SequenceCost,
+    batch_price,
+    observe_parts,
+    parts_ms,
+    prefill_budget,
+)
+from ffwd.engine.cost.surface import CostSurface
 from ffwd.fill.spans import choose_span
 
 # Two CPU cores with the embedded model (ms per forward, last row; rows alike here).
@@ -19,30 +25,40 @@ def surface() -> CostSurface:
 
 def test_alone_a_sequence_prices_with_the_surface_itself() -> None:
     base = surface()
-    cost = SequenceCost.over(base, lambda: [], lambda: False)
+    cost = SequenceCost(base, lambda: [])
     for m in (1, 3, 9, 40):
-        assert cost.at(500)(m) == base.cost(m, "rows", 500) == cost.cost(m, "rows", 500)
-    cost.observe(1, 19.0, "last", 96)  # a forward alone moves the shared level
-    assert base.level > 1.0
+        assert cost.at(500)(m) == base.cost(m, "rows", 500)
+    assert cost.undo is base.undo
 
 
 def test_beside_others_a_sequence_pays_its_share_and_its_extra_ids() -> None:
     base = surface()
-    shared = [True]
-    cost = SequenceCost.over(base, lambda: [96, 96, 96], lambda: shared[0])
+    cost = SequenceCost(base, lambda: [96, 96, 96])
     assert cost.at(96)(1) == pytest.approx(TABLE[4] / 4)
     assert cost.at(96)(5) == pytest.approx(TABLE[4] / 4 + TABLE[4])  # 4 more: a micro-batch
     assert cost.at(96)(5) == pytest.approx(batch_price(base, 5, "rows", 96, [96, 96, 96]))
-    cost.observe(1, 100.0, "last", 96)  # a shared forward's time is not this sequence's
+    base.level = 2.0  # the shared level moves every sequence's prices
+    assert cost.at(96)(1) == pytest.approx(TABLE[4] / 2)
+
+
+def test_a_forward_moves_the_level_by_what_its_parts_predict() -> None:
+    base = surface()
+    observe_parts(base, [(1, 96, "last")], 19.0)  # a lone forward twice its point
+    assert base.level == pytest.approx(1.1)
+    base.level = 1.0
+    four = [(1, 96, "last")] * 4
+    observe_parts(base, four, parts_ms(base, [(1, 96)] * 4))  # a step as predicted
     assert base.level == 1.0
+    observe_parts(base, four, 2 * parts_ms(base, [(1, 96)] * 4))  # not one sequence's point
+    assert base.level == pytest.approx(1.1)
 
 
 def test_in_a_full_batch_on_two_cores_a_likely_span_is_declined() -> None:
     # Alone, 8 ids kept 90% of the time are worth a forward of 9; beside three others
     # the step's average id costs 4.4 ms and the span's extra micro-batch more per id.
     base = surface()
-    alone = SequenceCost.over(base, lambda: [], lambda: False)
-    batched = SequenceCost.over(base, lambda: [96, 96, 96], lambda: True)
+    alone = SequenceCost(base, lambda: [])
+    batched = SequenceCost(base, lambda: [96, 96, 96])
     assert choose_span(alone.at(96), [0.9] * 8, 8).length > 0
     assert choose_span(batched.at(96), [0.9] * 8, 8).length == 0
 

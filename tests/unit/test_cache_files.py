@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-import ffwd.engine.probe
+import ffwd.engine.llama.probe
 import ffwd.models
 import ffwd.models.costs
 from ffwd.cli import main as ffwd_main
-from ffwd.engine.attention import AttentionTable, Measured
-from ffwd.engine.cost import CostSurface, flat
-from ffwd.engine.native import LoadReport
+from ffwd.engine.cost.surface import CostSurface, flat
+from ffwd.engine.llama.attention import AttentionTable, Measured
+from ffwd.engine.llama.native import LoadReport
 from ffwd.models import ModelRef, check_engine, load_or_measure, resolve_model
 from ffwd.models.cache import MANIFEST, check_tree, manifest, read_cached
 
@@ -118,7 +118,7 @@ def test_a_damaged_engine_check_runs_the_check_again(
     monkeypatch.setenv("FFWD_CACHE_DIR", str(tmp_path))
     report = LoadReport({"CPU": 100.0}, {"CPU": 12.0})
     runs: list[str] = []
-    monkeypatch.setattr(ffwd.engine.probe, "first_forward",
+    monkeypatch.setattr(ffwd.engine.llama.probe, "first_forward",
                         lambda path, **kw: runs.append(path) or report)
     (tmp_path / "m.gguf").write_bytes(b"GGUF")
     ref = ModelRef("m", tmp_path, "m.gguf")

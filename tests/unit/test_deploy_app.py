@@ -23,9 +23,9 @@ from ffwd.engine.events import TokenEvent
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.errors import APIError, bad_request
-from ffwd.serve.execute import Emit, LocalExecutor
+from ffwd.serve.execute import LocalExecutor
 from ffwd.serve.request import GenerationRequest
-from tests.unit.scripted import ScriptedModel, result, text
+from tests.unit.scripted import STEP, ScriptedModel, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 FIN = result("Hello", prompt=5, completion=1, forward_calls=1)
@@ -81,11 +81,12 @@ class Service(ScriptedModel):
             raise bad_request("no", param="messages")
         return req
 
-    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
-        emit(text("Hello"))
+    def run(self, prepared: Any, cancelled: Callable[[], bool]) -> Iterator[Any]:
+        yield text("Hello")
+        yield STEP
         if self.fail:
             raise RuntimeError("boom")
-        emit(FIN)
+        yield FIN
 
 
 def replica(service: Service) -> ModelReplica:
@@ -99,18 +100,19 @@ async def collect(gen: AsyncIterator[object]) -> list[object]:
     return [item async for item in gen]
 
 
-def test_replica_answers_accepted_then_events() -> None:
+def test_replica_answers_accepted_then_each_steps_events() -> None:
     req = parse_chat(CHAT)
-    items = asyncio.run(collect(replica(Service()).generate(req)))
-    assert items[0] == Accepted("r1") and items[1] == text("Hello")
-    last = items[2]
+    first, *steps = asyncio.run(collect(replica(Service()).generate(req)))
+    assert first == Accepted("r1") and all(isinstance(s, list) for s in steps)
+    hello, last, end = [item for step in steps for item in step]  # type: ignore[attr-defined]
+    assert hello == text("Hello") and end is None and steps[-1][-1] is None
     assert isinstance(last, TokenEvent) and last.result is not None
     assert last.result.ffwd_block()["replica"] == "r1"
     bad = parse_chat({"messages": [{"role": "user", "content": "bad"}]})
     (err,) = asyncio.run(collect(replica(Service()).generate(bad)))
     assert isinstance(err, APIError) and err.status == 400
     failed = asyncio.run(collect(replica(Service(fail=True)).generate(req)))
-    assert isinstance(failed[-1], APIError) and failed[-1].status == 500
+    assert isinstance(failed[-1][-2], APIError) and failed[-1][-2].status == 500
 
 
 # --- the ingress over a scripted handle --------------------------------------------
@@ -166,7 +168,7 @@ def ingress() -> Iterator[Callable[[list[object]], TestClient]]:
 
 
 def test_ingress_serves_a_replica_answer(ingress: Callable[[list[object]], TestClient]) -> None:
-    c = ingress([Accepted("r7"), text("Hello"), FIN])
+    c = ingress([Accepted("r7"), [text("Hello")], [FIN, None]])
     r = c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 200 and r.headers[REPLICA_HEADER] == "r7"
     assert r.json()["choices"][0]["message"]["content"] == "Hello"
@@ -189,7 +191,7 @@ def test_refusals_before_acceptance(ingress: Callable[[list[object]], TestClient
 def test_a_replica_dying_mid_request_is_503(
     ingress: Callable[[list[object]], TestClient],
 ) -> None:
-    c = ingress([Accepted("r7"), text("Hel"), ActorDiedError()])
+    c = ingress([Accepted("r7"), [text("Hel")], ActorDiedError()])
     r = c.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 503 and r.json()["error"]["type"] == "server_error"
     r = c.post("/v1/chat/completions", json={**CHAT, "stream": True})
@@ -199,13 +201,19 @@ def test_a_replica_dying_mid_request_is_503(
 
 
 def test_cancel_reaches_the_handle_call() -> None:
-    handle = Handle([Accepted("r1"), text("a"), text("b")])
+    handle = Handle([Accepted("r1"), [text("a")], [text("b")]])
     ex = RayExecutor(handle, "tiny")  # type: ignore[arg-type]
     got: list[object] = []
 
     async def go() -> None:
         ended = asyncio.Event()
-        started = await ex.start(parse_chat(CHAT), got.append, ended.set)
+
+        def deliver(items: list[Any]) -> None:
+            got.extend(items)
+            if items[-1] is None:
+                ended.set()
+
+        started = await ex.start(parse_chat(CHAT), deliver)
         started.job.cancel()
         await ended.wait()
         assert started.job.cancelled and started.job.done.is_set()

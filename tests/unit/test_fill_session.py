@@ -324,10 +324,8 @@ def test_note_counters() -> None:
     s.note_verify_event(1.5)
     s.note_verify_event(0.5)
     s.note_verify_unsupported()
-    s.note_wasted_sample()
     st = s.stats
-    assert (st.verify_events, st.checkpoint_ms, st.verify_unsupported, st.wasted_samples) == (
-        2, 2.0, 1, 1)
+    assert (st.verify_events, st.checkpoint_ms, st.verify_unsupported) == (2, 2.0, 1)
 
 
 def test_decode_steps_count_pushes_only() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ffwd.engine.native import (
+from ffwd.engine.llama.native import (
     Device,
     LoadReport,
     amx_kernels,
@@ -21,7 +21,7 @@ from ffwd.engine.native import (
     gpu_key,
     gpu_layers,
 )
-from ffwd.engine.probe import exit_message
+from ffwd.engine.llama.probe import exit_message
 
 ROOT = Path(__file__).resolve().parents[2]
 # Build lines as llama.cpp prints them (the AMX one from a Sapphire Rapids host).

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ffwd.engine.events import TokenEvent
-from ffwd.engine.text import OutputText, ToolCalls
+from ffwd.engine.sample.text import OutputText, ToolCalls
 from ffwd.fill import FillRow
 from ffwd.templates.formats import get_format
 from ffwd.templates.formats.base import ContentDelta, NameSoFar, Rule, ToolCallDelta
 from ffwd.templates.formats.repeats import RepeatFilter
+from ffwd.templates.text import Detokenizer, decode_ids, token_text
 from tests.unit._tokenizers import tokenizer
 
 
@@ -115,3 +118,22 @@ def test_the_parser_gates_a_row_where_its_rendering_had_it(stop: tuple[str, ...]
     # parser has not read it: the row still may not fire.
     assert not out.allows(row)
     assert out.parser is not None and out.parser.state.name == ("f" if stop else "fz")
+
+
+@given(ids=st.lists(st.integers(0, 49151), max_size=40), chunk=st.integers(1, 4))
+@settings(max_examples=200, deadline=None)
+def test_a_byte_level_output_decodes_from_its_ids_bytes_as_the_tokenizer_does(
+        ids: list[int], chunk: int) -> None:
+    """The embedded model's byte-level vocabulary: what the detokenizer releases, id by id
+    from the ids' bytes (no tokenizer call), is the tokenizer's own text of them all, and
+    the tokenizer-window path gives the same."""
+    tok = tokenizer("default")
+    fast, windows = Detokenizer(tok, token_text(tok)), Detokenizer(tok)
+    assert fast._bytes is not None  # the byte path is the one taken
+    out_fast, out_windows = [], []
+    for i in range(0, len(ids), chunk):
+        out_fast.append(fast.feed(ids[i : i + chunk]))
+        out_windows.append(windows.feed(ids[i : i + chunk]))
+    out_fast.append(fast.flush())
+    out_windows.append(windows.flush())
+    assert "".join(out_fast) == "".join(out_windows) == decode_ids(tok, ids)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.fill import common_prefix
-from ffwd.serve.prompt_cache import PromptCache
 
 
 @dataclass(frozen=True)

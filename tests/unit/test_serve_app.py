@@ -13,55 +13,51 @@ from fastapi.testclient import TestClient
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.errors import bad_request
-from ffwd.serve.execute import Emit
 from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.formats.base import ToolCall
-from tests.unit.scripted import ScriptedModel, call, result, text
+from tests.unit.scripted import STEP, ScriptedModel, call, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
 
 
 class Scripted(ScriptedModel):
-    """Emits a fixed script; `gate` (if set) blocks runs until released."""
+    """Plays a fixed script; `gate` (if set) holds runs until released."""
 
     def __init__(self, gate: threading.Event | None = None, fail: bool = False) -> None:
         self.gate = gate
         self.fail = fail
         self.started = threading.Semaphore(0)
-        self.resets = 0
         self.cancel_seen = threading.Event()
-        self.forward_calls = 0
 
     def prepare(self, req: GenerationRequest) -> Any:
         if req.messages and req.messages[0]["content"] == "too long":
             raise bad_request("prompt is 5000 tokens, the context window is 2048", "messages")
         return req
 
-    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+    def run(self, prepared: Any, cancelled: Callable[[], bool]) -> Iterator[Any]:
         self.started.release()
         if self.gate is not None:
-            while not self.gate.wait(0.01):
+            while not self.gate.is_set():
                 if cancelled():
                     self.cancel_seen.set()
-                    emit(result(finish="cancelled", completion=0))
+                    yield result(finish="cancelled", completion=0)
                     return
+                yield STEP
         if self.fail:
             raise RuntimeError("boom")
         if prepared.tools:
-            emit(call(0, "get_weather"))
-            emit(call(0, arguments='{"city": '))
-            emit(call(0, arguments='"Paris"}'))
+            yield call(0, "get_weather")
+            yield call(0, arguments='{"city": ')
+            yield call(0, arguments='"Paris"}')
             done = ToolCall("get_weather", '{"city": "Paris"}')
-            emit(result(calls=(done,), finish="tool_calls", completion=7))
+            yield result(calls=(done,), finish="tool_calls", completion=7)
             return
-        emit(text("Hello"))
-        emit(text(" world"))
-        self.forward_calls += 2
-        emit(result("Hello world", cached=4, forward_calls=2))
-
-    def reset(self) -> None:
-        self.resets += 1
+        yield text("Hello")
+        yield STEP
+        yield text(" world")
+        yield STEP
+        yield result("Hello world", cached=4, forward_calls=2)
 
 
 @pytest.fixture

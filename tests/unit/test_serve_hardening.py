@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from ffwd.engine.events import Alternative
 from ffwd.serve.app import create_app
 from ffwd.serve.request import GenerationRequest
-from tests.unit.scripted import held, result, text
+from tests.unit.scripted import STEP, held, result, text
 from tests.unit.test_serve_app import CHAT, Scripted, sse
 
 URL = "/v1/chat/completions"
@@ -191,12 +192,14 @@ def test_a_failed_stream_is_counted() -> None:
 
 
 class WithLogprobs(Scripted):
-    def run(self, prepared: Any, emit: Any, cancelled: Any) -> None:
+    def run(self, prepared: Any, cancelled: Any) -> Iterator[Any]:
         alt = (Alternative(1, -1.5, "Hi", bytes([72, 105])),)
-        emit(text("Hello", -0.25, alt))
-        emit(held(" w", -0.5, alt))  # its text comes out with the next token's
-        emit(text("orld", -0.125, alt, released=" world"))
-        emit(result("Hello world", prompt=3, completion=3))
+        yield text("Hello", -0.25, alt)
+        yield STEP
+        yield held(" w", -0.5, alt)  # its text comes out with the next token's
+        yield text("orld", -0.125, alt, released=" world")
+        yield STEP
+        yield result("Hello world", prompt=3, completion=3)
 
 
 def test_logprobs_shapes_for_chat_and_completions() -> None:
@@ -245,13 +248,14 @@ def test_a_disconnected_non_streaming_client_cancels_its_generation() -> None:
                  "http_version": "1.1", "scheme": "http", "server": ("t", 80),
                  "client": ("c", 1), "root_path": "", "app": app}
         await app(scope, receive, send)
+        for _ in range(500):  # the run's end reaches this loop once the engine ends it
+            if not app.state.executor.active:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
 
     asyncio.run(call())
     assert svc.cancel_seen.wait(5), "the generation was not cancelled"
-    for _ in range(500):  # the worker settles the job right after the run returns
-        if not app.state.executor.running:
-            break
-        threading.Event().wait(0.01)
     assert sent[0]["status"] == 499
     with TestClient(app) as c:
         text = c.get("/metrics").text

@@ -1,26 +1,33 @@
-"""The executor under --parallel N, with a scripted service: runs side by side, the
-waiting line's order across tenants, 429 when every worker and the line are busy, and
+"""The engine's loop under --parallel N, with a scripted service: runs side by side, the
+waiting line's order across tenants, 429 when every sequence and the line are busy, and
 what /metrics says of it."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import replace
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from ffwd.engine.batch import BatchStats
+from ffwd.engine.core.batch import BatchStats
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
-from ffwd.serve.execute import Emit, LocalExecutor
+from ffwd.serve.execute import LocalExecutor
 from ffwd.serve.request import Context, GenerationRequest
-from tests.unit.scripted import ScriptedModel, result, text
+from tests.unit.scripted import STEP, ScriptedContext, ScriptedModel, result, text
 
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
+
+
+class FixedStats(ScriptedContext):
+    """Forwards counted as five: two of one sequence, three of three."""
+
+    def batch_stats(self) -> BatchStats:
+        return BatchStats(5, {1: 2, 3: 3})
 
 
 class Gated(ScriptedModel):
@@ -32,22 +39,20 @@ class Gated(ScriptedModel):
         self.release: dict[str, threading.Event] = {}
         self.started = threading.Semaphore(0)
         self.lock = threading.Lock()
-
-    def batch_stats(self) -> BatchStats:
-        return BatchStats(5, {1: 2, 3: 3})
+        self._context = FixedStats(parallel)
 
     def prepare(self, req: GenerationRequest) -> Any:
         return req.context.request_id
 
-    def run(self, prepared: Any, emit: Emit, cancelled: Callable[[], bool]) -> None:
+    def run(self, prepared: Any, cancelled: Callable[[], bool]) -> Iterator[Any]:
         with self.lock:
             self.order.append(prepared)
             gate = self.release.setdefault(prepared, threading.Event())
         self.started.release()
-        while not gate.wait(0.01) and not cancelled():
-            pass
-        emit(text("ok"))
-        emit(result("ok"))
+        while not gate.is_set() and not cancelled():
+            yield STEP
+        yield text("ok")
+        yield result("ok")
 
     def let_go(self, name: str) -> None:
         with self.lock:
@@ -56,6 +61,11 @@ class Gated(ScriptedModel):
 
 def request(name: str, tenant: str) -> GenerationRequest:
     return replace(parse_chat(CHAT), context=Context(name, tenant, "tiny"))
+
+
+def ender(done: list[str], name: str) -> Callable[[list[Any]], None]:
+    """A run's deliver: notes `name` in `done` once the run has ended."""
+    return lambda items: done.append(name) if items[-1] is None else None
 
 
 def started(svc: Gated, n: int) -> None:
@@ -69,12 +79,11 @@ def test_runs_go_side_by_side_and_tenants_take_turns() -> None:
         ex = LocalExecutor(svc, max_queue=8)
         done: list[str] = []
         for name in ("a1", "a2"):
-            await ex.start(request(name, "A"), lambda item: None, lambda n=name: done.append(n))
+            await ex.start(request(name, "A"), ender(done, name))
         started(svc, 2)  # both run at once
         assert ex.active == 2 and ex.depth == 0
         for name, tenant in (("a3", "A"), ("a4", "A"), ("b1", "B"), ("c1", "C")):
-            await ex.start(request(name, tenant), lambda item: None,
-                           lambda n=name: done.append(n))
+            await ex.start(request(name, tenant), ender(done, name))
         for name in ("a1", "a2", "b1", "c1"):  # one comes free at a time
             svc.let_go(name)
             await asyncio.to_thread(started, svc, 1)
@@ -91,10 +100,10 @@ def test_one_worker_alternates_tenants_in_arrival_order_within_each() -> None:
     async def scenario() -> list[str]:
         svc = Gated(parallel=1)
         ex = LocalExecutor(svc, max_queue=8)
-        await ex.start(request("a1", "A"), lambda item: None, lambda: None)
+        await ex.start(request("a1", "A"), ender([], "a1"))
         started(svc, 1)
         for name, tenant in (("a2", "A"), ("a3", "A"), ("b1", "B"), ("b2", "B")):
-            await ex.start(request(name, tenant), lambda item: None, lambda: None)
+            await ex.start(request(name, tenant), ender([], name))
         for name in ("a1", "b1", "a2", "b2"):
             svc.let_go(name)
             await asyncio.to_thread(started, svc, 1)
@@ -131,6 +140,7 @@ def test_429_only_when_every_worker_and_the_line_are_busy_and_metrics_say_so() -
         r = c.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 429 and r.headers["retry-after"] == "1"
         assert "2 requests are running (--parallel 2)" in r.json()["error"]["message"]
+        assert "1 are waiting (--max-queue 1)" in r.json()["error"]["message"]
         health = c.get("/health").json()
         assert health["active"] == 2 and health["queue_depth"] == 1 and health["parallel"] == 2
         metrics = c.get("/metrics").text

@@ -1,4 +1,4 @@
-"""The thread-count decision under shared cores (`ffwd.engine.threads`), fed with step
+"""The thread-count decision under shared cores (`ffwd.engine.llama.threads`), fed with step
 times as a quiet machine, a busy one and one that changes gives them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from ffwd.engine.threads import MAX_EVERY, Contention, ThreadChooser, candidates
+from ffwd.engine.llama.threads import MAX_EVERY, Contention, ThreadChooser, candidates
 
 Speed = Callable[[int, int], float]  # (step, threads) -> ms
 
@@ -75,9 +75,12 @@ def test_a_step_slow_for_a_short_cache_is_slow_though_long_caches_were_slower() 
     # another process. Its 28 ms steps are slow for its cache, not for 8k ids.
     chooser = ThreadChooser(2, expected=lambda depth: 7.0 if depth < 1000 else 30.0)
     long = {2: 30.0, 1: 45.0}
+    at_one = 0
     for _ in range(3000):
-        count = chooser.observe(long[chooser.current], context=8000)
-    assert chooser.current == 2 and count is None
+        at_one += chooser.current == 1
+        chooser.observe(long[chooser.current], context=8000)
+    assert chooser.current == 2
+    assert at_one <= chooser.trial * (5 + 3000 // MAX_EVERY)  # trials grew rare
     short_shared = {2: 28.0, 1: 11.0}
     counts = []
     for _ in range(200):
@@ -119,7 +122,7 @@ def test_contention_sees_another_process_using_the_cpus() -> None:
     quiet_share = Contention()
     time.sleep(0.3)
     share = quiet_share.share()
-    assert share is None or 0.0 <= share <= 1.0
+    assert share is not None and 0.0 <= share <= 1.0  # Linux has the counters
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         time.sleep(0.2)
@@ -128,5 +131,5 @@ def test_contention_sees_another_process_using_the_cpus() -> None:
         busy_share = watch.share()
     finally:
         busy.kill()
-    if busy_share is not None:  # Linux: one spinning process holds one of the CPUs
-        assert busy_share >= 0.8 / (os.cpu_count() or 1)
+    # One spinning process holds one of the CPUs.
+    assert busy_share is not None and busy_share >= 0.8 / (os.cpu_count() or 1)

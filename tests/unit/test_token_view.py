@@ -163,7 +163,7 @@ def test_the_page_uses_its_own_files_and_nothing_from_elsewhere() -> None:
 
 def test_behind_replicas_the_page_and_the_token_view_are_the_same() -> None:
     """`ffwd serve --replicas`: the ingress is `create_app` over a Ray executor."""
-    handle = Handle([Accepted("r1"), *weather()])
+    handle = Handle([Accepted("r1"), [*weather(), None]])
     app = create_app(executor=RayExecutor(handle, "tiny"), api_key="k")  # type: ignore[arg-type]
     with TestClient(app) as client:
         assert client.get("/").content == static_file(PAGE)

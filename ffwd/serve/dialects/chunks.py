@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
-from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.sample.sampling import SamplingParams
 from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.errors import APIError
 from ffwd.serve.protocol import ChatCompletionRequest

@@ -25,7 +25,7 @@ import json
 from typing import Any
 
 from ffwd.engine.events import GenerationResult, PromptRead, TokenEvent
-from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.sample.sampling import SamplingParams
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
     check_choice,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
-from ffwd.engine.sampling import SamplingParams
+from ffwd.engine.sample.sampling import SamplingParams
 from ffwd.serve.dialects.chunks import token_logprob
 from ffwd.serve.dialects.common import (
     at_most_max_tools,

@@ -246,7 +246,7 @@ class ToolCallContext:
     parser. A row fires only where one of its rules holds for the parser's state,
     and only once the parser has read every id observed (`ready`: no character
     held back by the detokenizer). In a generation the text layer plays this part
-    with the parser that reads the reply (`ffwd.engine.text.OutputText`).
+    with the parser that reads the reply (`ffwd.engine.sample.text.OutputText`).
     """
 
     def __init__(

@@ -6,7 +6,7 @@ deltas and the client. While a call's name and arguments so far could still
 become a call made earlier in the reply (a prefix of one), its deltas are held
 back; once it differs they go out, late but whole. If it completes as an exact
 repeat (same name, same arguments text) it is dropped and `repeated` is set:
-the generation stops there (`ffwd.engine.text`). Holding is what keeps a
+the generation stops there (`ffwd.engine.sample.text`). Holding is what keeps a
 streamed reply equal to a whole one.
 
 Worked example, the reply ``f({"a": 1}) f({"a": 1}) f({"a": 2})``::

@@ -1,11 +1,11 @@
 """Which sequence runs a request, and what its cache starts from (``--parallel N``).
 
-A model that decodes N sequences together (`Backend.sequences`: llama.cpp's
-``--parallel N``; one for transformers) runs up to N requests at once, each on
-a sequence of its own. `Slots.take(prompt)` gives a run the free sequence
-whose cache holds the longest prefix of its prompt (ties: an empty one, then
-the one used least recently, so an idle conversation's cache lasts longest),
-and makes that cache the best start there is:
+A context of N sequences (`Context.sequences`: llama.cpp's ``--parallel N``;
+one for transformers) runs up to N requests at once, each on a sequence of its
+own. `Slots.take(prompt)` gives a run the free sequence whose cache holds the
+longest prefix of its prompt (ties: an empty one, then the one used least
+recently, so an idle conversation's cache lasts longest), and makes that cache
+the best start there is:
 
 1. a sibling sequence, running or not, that holds `SHARE_MIN` ids more of the
    prompt than this cache and the prompt cache's saved states do (the same
@@ -17,26 +17,24 @@ and makes that cache the best start there is:
    conversation's state is saved before it is thrown away, and a saved state
    that shares more of the prompt is loaded).
 
-The prefill then forwards only what no cache held. When the run ends its
-sequence leaves the batch (`Backend.leave`), and a run that failed leaves
-its sequence empty.
+The prefill then forwards only what no cache held. `give_back` frees the
+sequence when its run ends, emptied if the run failed. The engine's loop
+(`ffwd.engine.core.scheduler`) is the only caller: nothing here is locked.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 from ffwd.engine.backend import Backend
+from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.fill.prefix import common_prefix
-from ffwd.serve.prompt_cache import PromptCache
 
 SHARE_MIN = 32  # ids a sibling's cache must save before it is copied
 
 
 class Slots:
-    """The sequences of one model: which are free, and each run's start (module docstring)."""
+    """The sequences of one context: which are free, and each run's start (module docstring)."""
 
     def __init__(self, sequences: Sequence[Backend], cache: PromptCache) -> None:
         if not sequences:
@@ -44,47 +42,39 @@ class Slots:
         self.sequences = list(sequences)
         self.cache = cache
         self._free = list(range(len(self.sequences)))  # least recently used first
-        self._lock = threading.Condition()  # the free list and the prompt cache
 
     def __len__(self) -> int:
         return len(self.sequences)
+
+    @property
+    def free(self) -> int:
+        """How many sequences no run holds now."""
+        return len(self._free)
 
     @property
     def forward_calls(self) -> int:
         """Forwards of every sequence (a forward that carried k sequences counts k)."""
         return sum(s.forward_calls for s in self.sequences)
 
-    def reset_idle(self) -> None:
-        """Drop the caches of the sequences no run holds now."""
-        with self._lock:
-            for i in self._free:
-                self.sequences[i].reset()
-
-    @contextmanager
-    def take(self, prompt: Sequence[int]) -> Iterator[Backend]:
-        """A free sequence for a run of `prompt` (waiting for one), its cache made the best
-        start; given back (and, if the run failed, emptied) when the block ends."""
-        with self._lock:
-            self._lock.wait_for(lambda: bool(self._free))
-            i = self._choose(prompt)
-            self._free.remove(i)
-            seq = self.sequences[i]
-            try:
-                self._start(seq, prompt)
-            except BaseException:
-                self._free.append(i)
-                self._lock.notify()
-                raise
+    def take(self, prompt: Sequence[int]) -> Backend:
+        """A free sequence for a run of `prompt`, its cache made the best start (there must
+        be a free one)."""
+        i = self._choose(prompt)
+        self._free.remove(i)
+        seq = self.sequences[i]
         try:
-            yield seq
+            self._start(seq, prompt)
         except BaseException:
-            seq.reset()  # what a failed run left is not trusted
+            self.give_back(seq, failed=True)
             raise
-        finally:
-            seq.leave()
-            with self._lock:
-                self._free.append(i)
-                self._lock.notify()
+        return seq
+
+    def give_back(self, seq: Backend, *, failed: bool = False) -> None:
+        """`seq`'s run is over: it is free again (emptied when the run `failed`: what it
+        left is not trusted)."""
+        if failed:
+            seq.reset()
+        self._free.append(self.sequences.index(seq))
 
     def _choose(self, prompt: Sequence[int]) -> int:
         """The free sequence whose cache serves `prompt` best (module docstring)."""

@@ -13,7 +13,7 @@ are priced as its share of the step plus what its ids beyond the first add
 `step` counts the weights once for all B ids and each sequence's attention at
 its own depth. The second term is a micro-batch of its own: llama.cpp takes
 the same number of ids from each sequence into one micro-batch, so a
-sequence's extra ids run after the others' single ones (`ffwd.engine.batch`).
+sequence's extra ids run after the others' single ones (`ffwd.engine.core.batch`).
 Alone (B = 1) the price is the surface's own ``c(m)``.
 
 Why a share: `ffwd.fill.spans.choose_span` keeps a plan when its expected ids
@@ -25,7 +25,7 @@ one read of the weights, that bar is high and spans are mostly declined in
 a full batch; on a GPU, where a step of 16 sequences costs about what one
 costs, it is low.
 
-`prefill_budget` is the prompt ids one shared step carries (`ffwd.engine.batch`).
+`prefill_budget` is the prompt ids one shared step carries (`ffwd.engine.core.batch`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ffwd.engine.cost import SMOOTHING, CostSurface, Kind
+from ffwd.engine.cost.surface import SMOOTHING, CostSurface, Kind
+from ffwd.fill.spans import Undo
 
 BUDGET_SLACK = 1.1  # a prefill chunk may cost this much more per id than the cheapest
 
@@ -82,10 +83,21 @@ def parts_ms(surface: CostSurface, parts: Sequence[tuple[int, int]]) -> float:
     return base + sum(surface.quiet(n - 1, "last", d) for n, d in parts if n > 1)
 
 
-def observe_step(surface: CostSurface, parts: Sequence[tuple[int, int]], ms: float) -> None:
-    """A shared step took `ms`: move the surface's running level towards it, as a lone
-    forward does (`CostSurface.observe`)."""
-    predicted = parts_ms(surface, parts)
+def observe_parts(surface: CostSurface, parts: Sequence[tuple[int, int, Kind]],
+                  ms: float) -> None:
+    """A forward of `parts` ((ids, depth, kind) per sequence) took `ms`: move the surface's
+    running level towards it. Alone it is the surface's own point (`CostSurface.observe`);
+    shared, the step's price (`parts_ms`).
+
+    >>> s = CostSurface({0: {1: 10.0, 4: 16.0}}, {0: {1: 10.0, 4: 16.0}}, max_append=64)
+    >>> observe_parts(s, [(1, 0, "last"), (1, 0, "last")], 24.0); round(s.level, 3)
+    1.1
+    """
+    if len(parts) == 1:
+        n, depth, kind = parts[0]
+        surface.observe(n, ms, kind, depth)
+        return
+    predicted = parts_ms(surface, [(n, d) for n, d, _ in parts])
     if ms > 0 and predicted > 0:
         surface.level += SMOOTHING * (ms / predicted - surface.level)
 
@@ -107,47 +119,22 @@ def prefill_budget(surface: CostSurface) -> int:
     return min(m for m, c in per_id.items() if c <= best * BUDGET_SLACK)
 
 
-def _alone() -> list[int]:
-    return []
-
-
-def _never() -> bool:
-    return False
-
-
 @dataclass(slots=True)
-class SequenceCost(CostSurface):
-    """The surface one sequence of a batched context prices with: `batch_price` against
-    the depths of the sequences it shares steps with (`others`, asked at every price).
-    Forwards it observes move the shared `base` only when they carried it alone
-    (`shared` says whether the last did); shared steps are observed by whoever ran them
-    (`observe_step`)."""
+class SequenceCost:
+    """How one sequence of a batched context prices its forwards (a `Pricing`): against
+    `base`, the context's measured surface, beside the sequences at the depths `others()`
+    gives (asked at every price): `batch_price`; the surface's own price alone."""
 
-    base: CostSurface | None = None
-    others: Callable[[], list[int]] = _alone
-    shared: Callable[[], bool] = _never
+    base: CostSurface
+    others: Callable[[], list[int]]
 
-    @classmethod
-    def over(cls, base: CostSurface, others: Callable[[], list[int]],
-             shared: Callable[[], bool]) -> SequenceCost:
-        return cls(base.rows, base.last, base.max_append, base.undo, base.level, base,
-                   others, shared)
-
-    def cost(self, m: int, kind: Kind = "rows", depth: int = 0) -> float:
-        assert self.base is not None
-        depths = self.others()
-        if not depths:
-            return self.base.cost(m, kind, depth)
-        if m < 1:
-            raise ValueError(f"cost of a forward of {m} ids")
-        if m > self.max_append:
-            return math.inf
-        return self.base.level * batch_price(self.base, m, kind, depth, depths)
+    @property
+    def undo(self) -> Undo:
+        return self.base.undo
 
     def at(self, depth: int, kind: Kind = "rows") -> Callable[[int], float]:
         """``m -> ms`` at `depth` against the sequences running now (asked once: a span
         policy prices every length of one proposal against the same batch)."""
-        assert self.base is not None
         base, others = self.base, self.others()
         if not others:
             return base.at(depth, kind)
@@ -156,12 +143,8 @@ class SequenceCost(CostSurface):
         def price(m: int) -> float:
             if m < 1:
                 raise ValueError(f"cost of a forward of {m} ids")
-            if m > self.max_append:
+            if m > base.max_append:
                 return math.inf
             return base.level * (share + (base.quiet(m - 1, kind, depth) if m > 1 else 0.0))
 
         return price
-
-    def observe(self, m: int, ms: float, kind: Kind = "last", depth: int = 0) -> None:
-        if self.base is not None and not self.shared():
-            self.base.observe(m, ms, kind, depth)

@@ -175,4 +175,5 @@ class Contention:
             return None
         wall = time.perf_counter() - self._t0
         others = (busy1[0] - self._busy0[0]) - (_own_seconds() - self._own0)
-        return max(0.0, others) / max(wall * busy1[1], 1e-9)
+        # The counters tick in jiffies, the wall clock does not: clip what rounding adds.
+        return min(1.0, max(0.0, others) / max(wall * busy1[1], 1e-9))

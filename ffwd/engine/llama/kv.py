@@ -13,7 +13,7 @@ cells: attention reads only its own stream, and where its cells sit depends
 on its own history alone, so on the exact paths a sequence's logits do not
 depend on what the others hold or forward beside it (tests/integration).
 llama.cpp then splits a forward into micro-batches that carry the same number
-of ids from each of a run of consecutive sequences (`ffwd.engine.batch`).
+of ids from each of a run of consecutive sequences (`ffwd.engine.core.batch`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import os
 import re
 from typing import Any
 
-from ffwd.engine.attention import AttentionPath
-from ffwd.engine.native import capture, init_llama
+from ffwd.engine.llama.attention import AttentionPath
+from ffwd.engine.llama.native import capture, init_llama
 
 KV_TYPES = {"f16": 1, "q8_0": 8, "bf16": 30}  # ggml's type ids for the KV cache
 Q8_BLOCK = 32  # q8_0 packs 32 values: a head's size must be a multiple

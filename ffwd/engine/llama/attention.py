@@ -13,7 +13,7 @@ two cores of an Intel Xeon with the embedded model (`llama-bench`, ids/s)::
     512 ids at depth 3k    213           78           172
 
 so each `AttentionPath` the build allows is timed at load
-(`ffwd.engine.measure.measure_paths`: a `CostSurface` each, with the compute
+(`ffwd.engine.cost.measure.measure_paths`: a `CostSurface` each, with the compute
 and cache memory llama.cpp reserved),
 and `choose` takes the one with the least expected time for a serving `Mix`,
 within a memory bound. The result, an `AttentionTable`, is cached with the
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.cost.surface import CostSurface
 
 
 @dataclass(frozen=True, slots=True)

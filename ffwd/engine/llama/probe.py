@@ -4,7 +4,7 @@ A library built with kernels that are broken on this CPU (ggml's AMX kernels
 under GCC 12, llama.cpp #20824) or a driver that fails takes the whole
 process down with a signal, and no Python code runs to say why. `first_forward`
 runs the forward that crashed there (a prompt of several ids, then a batched
-forward and a one-id step) in ``python -m ffwd.engine.probe`` with the
+forward and a one-id step) in ``python -m ffwd.engine.llama.probe`` with the
 engine's own settings, on every attention path the loader may time, and
 returns one line saying what failed, or the child's `LoadReport` (where
 llama.cpp put the weights and the cache).
@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 
-from ffwd.engine.native import LoadReport
+from ffwd.engine.llama.native import LoadReport
 
 PROBE_IDS = 24  # a prompt long enough for every batched kernel's tiling
 
@@ -29,7 +29,7 @@ def first_forward(path: str, *, threads: int, kv_cache: str, n_gpu_layers: str |
                   timeout: float = 900.0) -> LoadReport | str:
     """Where the model went when a first forward of `path` runs here, else what failed
     (one line)."""
-    cmd = [sys.executable, "-X", "faulthandler", "-m", "ffwd.engine.probe", path,
+    cmd = [sys.executable, "-X", "faulthandler", "-m", "ffwd.engine.llama.probe", path,
            "--threads", str(threads), "--kv-cache", kv_cache, "--n-gpu-layers", str(n_gpu_layers),
            "--flash-attn", flash_attn, *(["--deterministic"] if deterministic else [])]
     try:
@@ -58,21 +58,21 @@ def exit_message(returncode: int, stderr: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from ffwd.engine.llamacpp import LlamaCppBackend
+    from ffwd.engine.llama.context import LlamaContext
 
-    backend = LlamaCppBackend(args.path, n_ctx=256, threads=args.threads,
-                              kv_cache=args.kv_cache, n_gpu_layers=args.n_gpu_layers,
-                              flash_attn=args.flash_attn, deterministic=args.deterministic)
-    vocab = backend.vocab_size
-    ids = [(7 * i + 3) % vocab for i in range(PROBE_IDS)]
-    for i, path in enumerate(backend.paths):
+    ctx = LlamaContext(args.path, n_ctx=256, threads=args.threads, kv_cache=args.kv_cache,
+                       n_gpu_layers=args.n_gpu_layers, flash_attn=args.flash_attn,
+                       deterministic=args.deterministic)
+    backend = ctx.sequences[0]
+    ids = [(7 * i + 3) % backend.vocab_size for i in range(PROBE_IDS)]
+    for i, path in enumerate(ctx.paths):
         if i:
-            backend.use_attention(path)
+            ctx.use_attention(path)
         backend.prefill(ids)
         backend.forward(ids[:8])
         backend.append(ids[:1])
-    print(json.dumps(backend.load.as_dict()))
-    backend.close()
+    print(json.dumps(ctx.load.as_dict()))
+    ctx.close()
 
 
 def main(argv: list[str] | None = None) -> int:

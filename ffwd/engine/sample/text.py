@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ffwd.engine.events import TokenEvent, TokenOrigin
+from ffwd.engine.events import PromptRead, TokenEvent, TokenOrigin
 from ffwd.fill import FillRow
 from ffwd.templates.formats import ToolFormat
 from ffwd.templates.formats.base import (
@@ -35,7 +35,7 @@ from ffwd.templates.formats.base import (
     ToolParser,
 )
 from ffwd.templates.formats.repeats import RepeatFilter
-from ffwd.templates.text import Detokenizer, TokenText
+from ffwd.templates.text import Detokenizer, token_text
 
 
 class StopMatcher:
@@ -100,9 +100,9 @@ class OutputText:
         self.ids: list[int] = []  # every id fed, in order
         self.origins: list[TokenOrigin] = []
         self.repeats = RepeatFilter()
-        self._detok = Detokenizer(tokenizer)
+        self._tokens = token_text(tokenizer)
+        self._detok = Detokenizer(tokenizer, self._tokens)
         self._stops = StopMatcher(stop)
-        self._tokens = TokenText(tokenizer)
         self._text: list[str] = []
         self._content: list[str] = []
         self._calls: dict[int, list[str]] = {}  # index -> [name, argument fragments...]
@@ -138,17 +138,19 @@ class OutputText:
         made = self.max_calls is not None and self.complete_calls >= self.max_calls
         return made or self.repeats.repeated
 
-    def feed(self, event: TokenEvent) -> TokenEvent:
-        """`event` with its token text, released text and deltas."""
+    def feed(self, event: TokenEvent, prompt: PromptRead | None = None) -> TokenEvent:
+        """`event`, its token text, released text and deltas filled in (and `prompt`, on
+        the first)."""
         self.failed = False
         self.ids.append(event.id)
         self.origins.append(event.origin)
-        token, raw = self._tokens(event.id)
-        top = tuple(replace(a, token=t, raw=r) for a in event.top
-                    for t, r in (self._tokens(a.id),))
+        event.token, event.raw = self._tokens(event.id)
+        if event.top:
+            event.top = tuple(replace(a, token=t, raw=r) for a in event.top
+                              for t, r in (self._tokens(a.id),))
         released, self.stop_sequence = self._stops.feed(self._detok.feed([event.id]))
-        deltas = self._read(released)
-        return replace(event, top=top, token=token, raw=raw, text=released, deltas=deltas)
+        event.text, event.deltas, event.prompt = released, self._read(released), prompt
+        return event
 
     def finish(self, cut: bool) -> tuple[str, tuple[Delta, ...]]:
         """The text held back until the end of the output, and its deltas. `cut`: the

@@ -1,14 +1,13 @@
 """One sequence of a llama.cpp context: the `Backend` every sequence of ``--parallel N`` is.
 
 A llama.cpp context holds `n_seq` sequences, each with a KV stream of its own
-(`ffwd.engine.llamactx`). `LlamaSequence` is the `Backend` of one of them: its
-ids, its forwards (submitted to the context's `Batcher`, which forwards every
-waiting sequence's ids in one ``llama_decode``), its rewinds
-(``llama_memory_seq_rm`` on its own sequence), its checkpoints and saved
-states (``llama_state_seq_*``: a state saved from one sequence loads into any
-other of the same context, so the prompt cache and a prefix copied from a
-running sibling, `copy_from`, serve every sequence). Every call on the context
-holds the batcher's lock, so none runs while a forward does.
+(`ffwd.engine.llama.kv`). `LlamaSequence` is the `Backend` of one of them: its
+ids, its forwards (parts of its context's `decode`: one ``llama_decode`` for
+every sequence the engine steps together, or for this one alone when called
+directly), its rewinds (``llama_memory_seq_rm`` on its own sequence), its
+checkpoints and saved states (``llama_state_seq_*``: a state saved from one
+sequence loads into any other of the same context, so the prompt cache and a
+prefix copied from a running sibling serve every sequence).
 
 What the cache can do:
 
@@ -22,30 +21,31 @@ What the cache can do:
   updated in place, so `can_rewind` is False and `checkpoint`/`restore` copy
   the sequence state out and back.
 
-`LlamaCppBackend` (`ffwd.engine.llamacpp`) is sequence 0 and owns the model,
-the context and the batcher (`Shared`); `sequences()` lists all of them.
+`LlamaContext` (`ffwd.engine.llama.context`) owns the model, the context and the
+sequences, and fills in `Shared`, what they read of it.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from ffwd.engine.attention import AttentionPath, AttentionTable
 from ffwd.engine.backend import (
-    Backend,
     CacheBookkeeping,
     CacheState,
+    Context,
     check_rewind,
     keep_common_prefix,
 )
-from ffwd.engine.batch import Batcher, BatchStats, Submitted
-from ffwd.engine.batchcost import SequenceCost, prefill_budget
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.core.batch import Part
+from ffwd.engine.cost.batched import SequenceCost
+from ffwd.engine.cost.surface import CostSurface, Pricing
+from ffwd.engine.llama.attention import AttentionPath, AttentionTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +59,8 @@ class _Snapshot:
 
 @dataclass(eq=False)
 class Shared:
-    """What the sequences of one context share: the library, the context (reopened on
-    another attention path by the backend), the batcher and the model's facts."""
+    """What the sequences of one context read of it: the library, the context (reopened on
+    another attention path by its owner), the model's facts and the measured costs."""
 
     lib: Any
     path: str
@@ -72,12 +72,14 @@ class Shared:
     n_swa: int
     threads: int
     attention: AttentionPath
-    batcher: Batcher | None = None
+    owner: Context | None = None
     ctx: Any = None
     mem: Any = None
     surface: CostSurface | None = None  # measured by the loader (ffwd.models)
     table: AttentionTable | None = None
-    sequences: list[LlamaSequence] = field(default_factory=list)  # by sequence id
+    running: list[int] = field(default_factory=list)  # the sequences running now
+    lock: threading.Lock = field(default_factory=threading.Lock)  # every call on the context
+    on_surface: Callable[[CostSurface], None] = lambda surface: None
 
 
 class LlamaSequence(CacheBookkeeping):
@@ -95,14 +97,13 @@ class LlamaSequence(CacheBookkeeping):
         self._ids: list[int] = []
         self._last: torch.Tensor | None = None
         self._forward_calls = 0
-        self._shared_step = False  # whether the last forward carried other sequences
         self._pricing: SequenceCost | None = None
 
     # --- facts ----------------------------------------------------------
     @property
-    def batcher(self) -> Batcher:
-        assert self._shared.batcher is not None
-        return self._shared.batcher
+    def context(self) -> Context:
+        assert self._shared.owner is not None
+        return self._shared.owner
 
     @property
     def threads(self) -> int:
@@ -127,20 +128,24 @@ class LlamaSequence(CacheBookkeeping):
 
     @property
     def cost(self) -> CostSurface | None:
-        """The shared surface, priced for the steps this sequence shares (`SequenceCost`)."""
-        base = self._shared.surface
-        if base is None:
-            return None
-        if self._pricing is None or self._pricing.base is not base:
-            self._pricing = SequenceCost.over(base, self._batch_depths,
-                                              lambda: self._shared_step)
-        return self._pricing
+        """The measured surface every sequence of the context shares."""
+        return self._shared.surface
 
     @cost.setter
     def cost(self, surface: CostSurface | None) -> None:
         self._shared.surface = surface
-        if surface is not None:  # the prompt ids a shared step carries follow the surface
-            self.batcher.budget = prefill_budget(surface)
+        if surface is not None:
+            self._shared.on_surface(surface)
+
+    @property
+    def pricing(self) -> Pricing | None:
+        """The shared surface, priced beside the sequences running now (`SequenceCost`)."""
+        base = self._shared.surface
+        if base is None:
+            return None
+        if self._pricing is None or self._pricing.base is not base:
+            self._pricing = SequenceCost(base, self._batch_depths)
+        return self._pricing
 
     @property
     def attention_table(self) -> AttentionTable | None:
@@ -152,8 +157,8 @@ class LlamaSequence(CacheBookkeeping):
 
     def _batch_depths(self) -> list[int]:
         """The depths of the other sequences that are running now."""
-        seqs = self._shared.sequences
-        return [seqs[s].cache_len for s in self.batcher.others(self.seq) if s < len(seqs)]
+        seqs = self._shared.owner.sequences if self._shared.owner is not None else []
+        return [seqs[s].cache_len for s in self._shared.running if s != self.seq]
 
     @property
     def can_rewind(self) -> bool:
@@ -166,7 +171,7 @@ class LlamaSequence(CacheBookkeeping):
         sh = self._shared
         low = 0
         if sh.n_swa:
-            with self.batcher.lock:
+            with sh.lock:
                 low = sh.lib.llama_memory_seq_pos_min(sh.mem, self.seq)
         if low <= 0:
             return len(self._ids)
@@ -183,22 +188,10 @@ class LlamaSequence(CacheBookkeeping):
         """Whether a saved state can be cut back to any prefix (plain attention only)."""
         return self.can_rewind and not self._shared.n_swa
 
-    def sequences(self) -> Sequence[Backend]:
-        """Every sequence of this context, by id (this one among them)."""
-        return list(self._shared.sequences)
-
-    def leave(self) -> None:
-        """This sequence's run is over: the next steps do not wait for it."""
-        self.batcher.leave(self.seq)
-
-    def batch_stats(self) -> BatchStats:
-        """The context's forwards so far, by how many sequences each carried."""
-        return self.batcher.stats
-
     # --- cache ----------------------------------------------------------
     def reset(self) -> None:
         sh = self._shared
-        with self.batcher.lock:
+        with sh.lock:
             sh.lib.llama_memory_seq_rm(sh.mem, self.seq, -1, -1)
             self._ids = []
             self._last = None
@@ -210,7 +203,7 @@ class LlamaSequence(CacheBookkeeping):
         check_rewind(self, n, self._shared.path)
         keep = len(self._ids) - n
         sh = self._shared
-        with self.batcher.lock:
+        with sh.lock:
             if not sh.lib.llama_memory_seq_rm(sh.mem, self.seq, keep, -1):
                 raise RuntimeError(f"llama.cpp refused to drop positions {keep}.. of the cache")
             del self._ids[keep:]
@@ -219,7 +212,7 @@ class LlamaSequence(CacheBookkeeping):
     def checkpoint(self) -> object:
         """A copy of the sequence state (cache and ids) for `restore`."""
         sh = self._shared
-        with self.batcher.lock:
+        with sh.lock:
             size = int(sh.lib.llama_state_seq_get_size(sh.ctx, self.seq))
             data = (ctypes.c_uint8 * max(size, 1))()
             written = int(sh.lib.llama_state_seq_get_data(sh.ctx, data, size, self.seq))
@@ -233,7 +226,7 @@ class LlamaSequence(CacheBookkeeping):
         sh = self._shared
         if not isinstance(checkpoint, _Snapshot) or checkpoint.owner != id(sh):
             raise ValueError("restore: not a checkpoint of this backend")
-        with self.batcher.lock:
+        with sh.lock:
             sh.lib.llama_memory_seq_rm(sh.mem, self.seq, -1, -1)  # a whole sequence always goes
             self._ids, self._last = [], None
             if checkpoint.ids and not sh.lib.llama_state_seq_set_data(
@@ -253,31 +246,30 @@ class LlamaSequence(CacheBookkeeping):
         """Make the cache exactly what `save_state` saved (on any sequence of the context)."""
         self.restore(state.snapshot)
 
-    def copy_from(self, other: LlamaSequence) -> None:
-        """Make this cache a copy of `other`'s (a sibling sequence, running or not): a
-        shared prefix is copied instead of computed again."""
-        self.restore(other.checkpoint())
-
     # --- forwards ---------------------------------------------------------
+    def keep_prefix(self, ids: list[int]) -> int:
+        return keep_common_prefix(self, ids)
+
     def prefill(self, ids: list[int]) -> int:
         """Make the cache hold `ids`; return how many leading ids were reused."""
-        reuse = keep_common_prefix(self, ids)
+        reuse = self.keep_prefix(ids)
         rest = list(ids[reuse:])
-        self._check(rest, whole=False)
-        self._take(self.batcher.submit(self.seq, rest, rows=False, split=True))
+        self.check(rest, whole=False)
+        for start in range(0, len(rest), self._max_append):
+            self.context.decode([Part(self.seq, rest[start : start + self._max_append], False)])
         return reuse
 
     def forward(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits for every position, ``(len(ids), vocab)``."""
-        self._check(ids, whole=True)
-        return self._take(self.batcher.submit(self.seq, list(ids), rows=True))
+        self.check(ids, whole=True)
+        return self.context.decode([Part(self.seq, list(ids), True)])[0]
 
     def append(self, ids: list[int]) -> torch.Tensor:
         """Append `ids`; float32 logits of the last position only, ``(vocab,)``."""
-        self._check(ids, whole=True)
-        return self._take(self.batcher.submit(self.seq, list(ids), rows=False))[-1]
+        self.check(ids, whole=True)
+        return self.context.decode([Part(self.seq, list(ids), False)])[0][-1]
 
-    def _check(self, ids: list[int], *, whole: bool) -> None:
+    def check(self, ids: list[int], *, whole: bool) -> None:
         """Refuse a forward the context cannot take, before it joins a step."""
         n = len(ids)
         if n == 0:
@@ -290,21 +282,18 @@ class LlamaSequence(CacheBookkeeping):
         if min(ids) < 0 or max(ids) >= self._vocab:
             raise ValueError(f"token ids must be in 0..{self._vocab - 1}")
 
-    def _take(self, got: Submitted) -> torch.Tensor:
-        """The rows of a submission (the ids entered the cache with the forward)."""
-        self._forward_calls += got.steps
-        self._shared_step = got.shared
-        logits = torch.from_numpy(got.rows)
-        self._last = logits[-1]
-        return logits
-
-    def _extend(self, ids: list[int]) -> None:
-        """A forward put `ids` into this sequence's cells (under the batcher's lock)."""
+    def took(self, ids: list[int], rows: torch.Tensor) -> None:
+        """A forward put `ids` into this sequence's cells; `rows` are its logits."""
         self._ids.extend(ids)
+        self._forward_calls += 1
+        self._last = rows[-1]
 
-    def _drop_all(self) -> None:
-        """A failed forward may have left some of its ids' cells: start clean (under the
-        batcher's lock)."""
+    def drop_ids(self) -> None:
+        """The context was reopened: this sequence's cache is empty."""
+        self._ids, self._last = [], None
+
+    def drop_all(self) -> None:
+        """A failed forward may have left some of its ids' cells: start clean."""
         sh = self._shared
         sh.lib.llama_memory_seq_rm(sh.mem, self.seq, -1, -1)
         self._ids, self._last = [], None

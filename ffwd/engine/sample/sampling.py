@@ -1,7 +1,7 @@
-"""Sampling: plain logits processors, a seeded sampler, and lossless span verification.
+"""Sampling: a seeded sampler over the logits processors, and lossless span verification.
 
-Processors are functions ``(logits, ...) -> logits`` on one float32 row; the
-`Sampler` applies them in a fixed order (the request's `TokenConstraint` mask,
+The processors (`ffwd.engine.sample.processors`) are functions ``(logits, ...) -> logits`` on
+one float32 row; the `Sampler` applies them in a fixed order (the request's `TokenConstraint` mask,
 logit bias, penalties, temperature, top-k, top-p, min-p). The mask comes
 first, so truncation (top-k, top-p) chooses among allowed ids only. A
 `ConstraintFactory` (a compiled grammar) makes each run its own constraint.
@@ -40,6 +40,17 @@ from typing import Protocol
 
 import torch
 
+from ffwd.engine.sample.processors import (
+    OutputCounts,
+    apply_logit_bias,
+    apply_min_p,
+    apply_presence_frequency,
+    apply_repetition_penalty,
+    apply_temperature,
+    apply_top_k,
+    apply_top_p,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -75,94 +86,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
-
-
-# --- processors -----------------------------------------------------------
-
-
-def apply_logit_bias(logits: torch.Tensor, bias: Mapping[int, float]) -> torch.Tensor:
-    if not bias:
-        return logits
-    ids = torch.tensor(list(bias), dtype=torch.long, device=logits.device)
-    vals = torch.tensor(list(bias.values()), dtype=logits.dtype, device=logits.device)
-    return logits.index_add(0, ids, vals)
-
-
-def apply_repetition_penalty(
-    logits: torch.Tensor, seen: torch.Tensor, penalty: float
-) -> torch.Tensor:
-    """`seen`: ids to penalise (any order, duplicates allowed)."""
-    if penalty == 1.0 or seen.numel() == 0:
-        return logits
-    picked = logits[seen]
-    picked = torch.where(picked > 0, picked / penalty, picked * penalty)
-    return logits.index_put((seen,), picked)
-
-
-def apply_presence_frequency(
-    logits: torch.Tensor, generated: torch.Tensor, presence: float, frequency: float
-) -> torch.Tensor:
-    if (presence == 0 and frequency == 0) or generated.numel() == 0:
-        return logits
-    counts = torch.bincount(generated, minlength=logits.shape[-1]).to(logits.dtype)
-    return logits - frequency * counts - presence * (counts > 0).to(logits.dtype)
-
-
-def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """`logits` / `temperature`; where that overflows, the same shifted so that the top
-    logit is 0 (the same distribution).
-
-    A tiny temperature overflows: 3 / 1e-30 is inf (1e-300 is 0 in float32, and 0 / 0
-    NaN), and inf - inf is NaN in the softmax. Shifted, the top stays 0 and the others
-    go to -inf: the limit of the distribution, greedy.
-
-    >>> apply_temperature(torch.tensor([3.0, 1.0, -float("inf")]), 1e-300).tolist()
-    [0.0, -inf, -inf]
-    """
-    scaled = logits / temperature
-    top = logits.max()
-    if bool(torch.isfinite(scaled.max())) or not bool(torch.isfinite(top)):
-        return scaled  # fine, or nothing finite to shift by (the sampler falls back)
-    return torch.where(logits == top, 0.0, (logits - top) / temperature)
-
-
-def apply_top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
-    if k <= 0 or k >= logits.shape[-1]:
-        return logits
-    kth = torch.topk(logits, k).values[-1]
-    return logits.masked_fill(logits < kth, -float("inf"))
-
-
-def apply_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely ids whose probability reaches `p`.
-
-    The nucleus is usually small, so it is found with `topk` over a growing k
-    instead of sorting the whole vocabulary (a full sort costs milliseconds).
-    """
-    if p >= 1.0:
-        return logits
-    probs = torch.softmax(logits, dim=-1)
-    n = probs.shape[-1]
-    k = min(64, n)
-    while True:
-        top, order = torch.topk(probs, k)
-        mass = torch.cumsum(top, dim=-1)
-        if mass[-1] >= p or k == n:
-            break
-        k = min(4 * k, n)
-    # Keep an id while the mass before it is still short of p (the top id always stays).
-    kept = order[(mass - top) < p]
-    drop = torch.ones_like(logits, dtype=torch.bool)
-    drop[kept] = False
-    return logits.masked_fill(drop, -float("inf"))
-
-
-def apply_min_p(logits: torch.Tensor, min_p: float) -> torch.Tensor:
-    """Drop ids whose probability is below `min_p` times the top probability."""
-    if min_p <= 0:
-        return logits
-    probs = torch.softmax(logits, dim=-1)
-    return logits.masked_fill(probs < min_p * probs.max(), -float("inf"))
 
 
 # --- sampler --------------------------------------------------------------
@@ -220,7 +143,7 @@ class Sampler:
         self.params = params
         self.constraint = constraint
         self.seed = params.seed if params.seed is not None else secrets.randbits(63)
-        self._prompt = torch.tensor(list(prompt_ids), dtype=torch.long)
+        self._counts = OutputCounts(prompt_ids)
         p = params
         self._penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
         self._plain = not (self._penalised or p.logit_bias or constraint is not None)
@@ -242,10 +165,10 @@ class Sampler:
             out = self.constraint.mask(out, generated)
         out = apply_logit_bias(out, p.logit_bias)
         if self._penalised:
-            gen = torch.tensor(list(generated), dtype=torch.long)
-            seen = torch.cat([self._prompt, gen])
-            out = apply_repetition_penalty(out, seen, p.repetition_penalty)
-            out = apply_presence_frequency(out, gen, p.presence_penalty, p.frequency_penalty)
+            counts = self._counts.update(generated, out.shape[-1])
+            if p.repetition_penalty != 1.0:
+                out = apply_repetition_penalty(out, self._counts.seen(), p.repetition_penalty)
+            out = apply_presence_frequency(out, counts, p.presence_penalty, p.frequency_penalty)
         if p.greedy:
             return out
         out = apply_temperature(out, p.temperature)

@@ -1,10 +1,17 @@
-"""The token-level decode loop: sample, push, append, verify, rewind.
+"""One sequence's decode, step by step: sample, push, append, verify, rewind.
 
-`generate_step` yields a `TokenEvent` per emitted id, sampled or injected. It
-continues from a prefilled backend, stops after an EOS id or `max_tokens` ids,
-and never does a forward whose result nobody reads. Closing it early (a stop
-string, a cancelled client) is safe: the fill session is committed with what
-was actually emitted.
+`generate_step` yields a `TokenEvent` per emitted id, sampled or injected, and
+a `Forward` wherever it needs the model: whoever drives it runs that forward
+and sends back its logits (every row, ``(n, vocab)``, or the last row only,
+``(1, vocab)``). The engine's loop (`ffwd.engine.core.scheduler`) runs the forwards
+of every running sequence in one step; `ffwd.engine.core.generate.drive` runs one
+sequence's forwards on its backend directly (a library caller, a test).
+Everything else the step does to the cache (a rewind, a checkpoint) it calls
+on the backend itself, between forwards. It continues from a prefilled
+backend, stops after an EOS id or `max_tokens` ids, and never asks for a
+forward whose result nobody reads.
+Closing it early (a stop string, a cancelled client) is safe: the fill session
+is committed with what was actually emitted.
 
 With a `FillSession`, every sampled id is pushed and the session answers:
 
@@ -19,7 +26,7 @@ With a `FillSession`, every sampled id is pushed and the session answers:
   determined ids (`Proposal.asserted`: a row or the grammar, extended by a
   copy) keeps those whatever the model says and verifies only the rest.
 
-No module state: one generation per backend at a time, from any thread.
+No module state: one generation per backend at a time.
 """
 
 from __future__ import annotations
@@ -27,17 +34,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
 
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost import CostSurface
+from ffwd.engine.core.batch import Forward
+from ffwd.engine.cost.surface import Pricing
 from ffwd.engine.events import Alternative, TokenEvent, TokenOrigin
-from ffwd.engine.sampling import Sampler, SpanVerdict, verify_span
+from ffwd.engine.sample.sampling import Sampler, SpanVerdict, verify_span
 from ffwd.fill import FillSession, Proposal, TraceRecord, TraceWriter
 from ffwd.fill.spans import SpanChoice, choose_span, chunk_sizes
 
 SpanPolicy = Callable[[Proposal, FillSession], SpanChoice]
+T = TypeVar("T")
+# What a sequence's steps yield (events and the forwards they need) and are sent back (rows).
+Steps = Generator[TokenEvent | Forward, torch.Tensor | None, T]
 
 
 def token_logprob(
@@ -52,7 +64,7 @@ def token_logprob(
     return float(lp[token_id]), best
 
 
-def cost_policy(surface: CostSurface, depth: Callable[[], int] = lambda: 0) -> SpanPolicy:
+def cost_policy(surface: Pricing, depth: Callable[[], int] = lambda: 0) -> SpanPolicy:
     """Verify spans priced by `surface` at the cache's `depth()` now and the session's
     acceptance (`choose_span`)."""
 
@@ -78,8 +90,8 @@ def fixed_policy(probe: bool) -> SpanPolicy:
 def default_policy(backend: Backend) -> SpanPolicy:
     """The backend's measured curve when it has one; else probe first on CPU, where a
     2-id forward costs clearly more than a 1-id one, and the combined forward elsewhere."""
-    if backend.cost is not None:
-        return cost_policy(backend.cost, lambda: backend.cache_len)
+    if backend.pricing is not None:
+        return cost_policy(backend.pricing, lambda: backend.cache_len)
     return fixed_policy(backend.device.type != "cuda")
 
 
@@ -93,7 +105,7 @@ class _Run:
     max_tokens: int
     policy: SpanPolicy
     trace: TraceWriter | None
-    curve: CostSurface | None
+    curve: Pricing | None
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
     out: list[int] = field(default_factory=list)
     row: torch.Tensor | None = None  # the logits the next sampled id is drawn from
@@ -126,8 +138,9 @@ def generate_step(
     trace: TraceWriter | None = None,
     check_cache: bool = False,
     logprobs: int | None = None,
-) -> Generator[TokenEvent, None, None]:
-    """Yield the ids that follow what `backend` holds (call `backend.prefill` first).
+) -> Steps[None]:
+    """The ids that follow what `backend` holds (prefilled first), and the forwards they
+    need (module docstring).
 
     `session` (optional) proposes spans after each sampled id; `policy` sizes
     verify spans (default: `default_policy`); `trace` gets one record per
@@ -139,7 +152,7 @@ def generate_step(
     """
     run = _Run(
         backend, sampler, session, max_tokens, policy or default_policy(backend), trace,
-        backend.cost, logprobs,
+        backend.pricing, logprobs,
     )
     prompt_len = backend.cache_len
     # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
@@ -165,7 +178,7 @@ def generate_step(
             return
         # 3. nothing known: a plain decode step.
         if proposal is None:
-            token = run.pick(_forward(run, [token], rows=False))
+            token = run.pick((yield from _forward(run, [token], rows=False)))
         # 4. determined ids: forward them together with the sampled id.
         elif proposal.policy == "assert":
             token = yield from _assert_step(run, [token], proposal)
@@ -188,21 +201,17 @@ def _check_invariants(run: _Run, prompt_len: int) -> None:
         )
 
 
-def _forward(run: _Run, ids: list[int], *, rows: bool) -> torch.Tensor:
-    """One forward (every row, or the last row only), timed into the cost surface."""
-    depth = run.backend.cache_len
-    t0 = time.perf_counter()
-    out = run.backend.forward(ids) if rows else run.backend.append(ids)
-    if run.curve is not None:
-        run.curve.observe(len(ids), (time.perf_counter() - t0) * 1000, "rows" if rows else "last",
-                          depth)
-    return out
+def _forward(run: _Run, ids: list[int], *, rows: bool) -> Steps[torch.Tensor]:
+    """One forward: every row, or the last row only (as ``(vocab,)``)."""
+    out = yield Forward(ids, rows)
+    assert out is not None
+    return out if rows else out[-1]
 
 
 def _emit(
     run: _Run, proposal: Proposal, ids: Sequence[int], rows: torch.Tensor | None,
     tested: int | None = None,
-) -> Generator[TokenEvent, None, None]:
+) -> Steps[None]:
     """Yield injected ids (row j of `rows` predicts ids[j]); commit however many were taken."""
     assert run.session is not None
     sent = 0
@@ -216,7 +225,7 @@ def _emit(
         run.session.commit(proposal, sent, tested)
 
 
-def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
+def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> Steps[torch.Tensor]:
     """Append `ids` in chunks; every row when `all_rows`, else the last row only.
 
     Chunks are `append_chunk_size` when the caller set one, else what the cost
@@ -234,14 +243,14 @@ def _forward_chunks(run: _Run, ids: list[int], all_rows: bool) -> torch.Tensor:
         part = ids[start : start + n]
         start += n
         if part:
-            rows.append(_forward(run, part, rows=True) if all_rows else
-                        _forward(run, part, rows=False)[None])
+            out = yield from _forward(run, part, rows=all_rows)
+            rows.append(out if all_rows else out[None])
     return torch.cat(rows) if all_rows else rows[-1][0]
 
 
 def _assert_step(
     run: _Run, head: list[int], proposal: Proposal, n: int | None = None
-) -> Generator[TokenEvent, None, int | None]:
+) -> Steps[int | None]:
     """Forward `head` (the sampled id, or nothing at the start) and the span (its first
     `n` ids when given) in one go."""
     span = list(proposal.ids[:n])
@@ -253,7 +262,7 @@ def _assert_step(
         # Row j must predict span position j: without a head that is the row before the
         # span, the prompt's last (a verify step's undo leaves none, but then a head exists).
         prev = None if head or not run.all_rows else run.backend.last_logits
-        logits = _forward_chunks(run, [*head, *span], all_rows=run.all_rows)
+        logits = yield from _forward_chunks(run, [*head, *span], all_rows=run.all_rows)
     if run.all_rows and logits is not None:
         rows = logits if prev is None else torch.cat([prev[None], logits])
         _write_trace(run, proposal, rows[: len(span)], len(span))
@@ -264,9 +273,7 @@ def _assert_step(
     return run.pick(logits)
 
 
-def _verify_step(
-    run: _Run, token: int, proposal: Proposal
-) -> Generator[TokenEvent, None, int | None]:
+def _verify_step(run: _Run, token: int, proposal: Proposal) -> Steps[int | None]:
     b, sampler, session = run.backend, run.sampler, run.session
     assert session is not None
     head = proposal.asserted  # determined ids ahead of the copy: taken whatever it says
@@ -276,16 +283,16 @@ def _verify_step(
         if head:
             return (yield from _assert_step(run, [token], proposal, head))
         session.commit(proposal, 0)
-        return run.pick(_forward(run, [token], rows=False))
+        return run.pick((yield from _forward(run, [token], rows=False)))
     choice = run.policy(proposal, session)
     span = list(proposal.ids[: max(head, min(choice.length, b.max_append - 1))])
     if not span:
         session.decline(proposal)
         _write_trace(run, proposal, None, 0, "declined", choice)
-        return run.pick(_forward(run, [token], rows=False))
+        return run.pick((yield from _forward(run, [token], rows=False)))
     if choice.probe and not head:
         # Position 0 alone first: a rejection there costs exactly a plain step.
-        row0 = _forward(run, [token], rows=False)
+        row0 = yield from _forward(run, [token], rows=False)
         first = verify_span(row0[None], span[:1], sampler, run.out)
         if first.accepted == 0:
             session.note_verify_event()
@@ -295,7 +302,7 @@ def _verify_step(
             return first.next_id
         replay_from: list[int] = []
         mark, ms = _mark(b)
-        rows = torch.cat([row0[None], _forward(run, span, rows=True)])
+        rows = torch.cat([row0[None], (yield from _forward(run, span, rows=True))])
         # Position 0 is decided; each position gets exactly one acceptance draw.
         rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]])
         verdict = SpanVerdict(1 + rest.accepted, rest.next_id)
@@ -303,12 +310,12 @@ def _verify_step(
         replay_from = [token]
         mark, ms = _mark(b)
         ids = [token, *span]  # a long head may need more than one forward
-        rows = (_forward(run, ids, rows=True) if len(ids) <= b.max_append
-                else _forward_chunks(run, ids, all_rows=True))
+        rows = (yield from (_forward(run, ids, rows=True) if len(ids) <= b.max_append
+                            else _forward_chunks(run, ids, all_rows=True)))
         rest = verify_span(rows[head:], span[head:], sampler, [*run.out, *span[:head]])
         verdict = SpanVerdict(head + rest.accepted, rest.next_id)
     kept = span[: verdict.accepted]
-    ms += _cut_back(run, mark, replay_from + kept, len(span) - len(kept))
+    ms += yield from _cut_back(run, mark, replay_from + kept, len(span) - len(kept))
     session.note_verify_event(ms)
     _write_trace(run, proposal, rows[: len(span)], verdict.accepted,
                  "probe" if choice.probe else "combined", choice)
@@ -327,7 +334,7 @@ def _mark(b: Backend) -> tuple[Mark, float]:
     return mark, (time.perf_counter() - t0) * 1000
 
 
-def _cut_back(run: _Run, mark: Mark, kept: list[int], rejected: int) -> float:
+def _cut_back(run: _Run, mark: Mark, kept: list[int], rejected: int) -> Steps[float]:
     """Drop the rejected tail, keeping `kept` (what follows the mark). Returns the ms
     spent undoing; ids a restored checkpoint lost are forwarded again (counted in
     `forward_calls`, not in the ms)."""
@@ -337,7 +344,7 @@ def _cut_back(run: _Run, mark: Mark, kept: list[int], rejected: int) -> float:
     replay = run.backend.undo(mark, kept)
     ms = (time.perf_counter() - t0) * 1000
     if replay:
-        _forward(run, replay, rows=False)
+        yield from _forward(run, replay, rows=False)
     return ms if mark.snapshot is not None else 0.0
 
 

@@ -21,7 +21,7 @@ a time, so a machine whose speed drifts skews every point alike (the running
 level corrects the scale later). Leaves the backend's cache empty.
 
 `measure_paths` does this on each attention path a llama.cpp backend can
-reopen on, and chooses one (`ffwd.engine.attention`). `ffwd.models` caches
+reopen on, and chooses one (`ffwd.engine.llama.attention`). `ffwd.models` caches
 the result per model and configuration.
 """
 
@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ffwd.engine.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost import KINDS, CostSurface, Kind
+from ffwd.engine.cost.surface import KINDS, CostSurface, Kind
+from ffwd.engine.llama.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.fill.spans import POINTS, Undo
 
 DEPTHS = (1024, 2048, 4096)  # besides half the context window
@@ -158,11 +158,12 @@ def _median(xs: Sequence[float]) -> float:
 def measure_paths(backend: Any, paths: Sequence[AttentionPath], mix: Mix,
                   memory_bound_mib: float, progress: Progress | None = None,
                   measure_fn: Callable[..., CostSurface] | None = None) -> AttentionTable:
-    """Time each of `paths` on `backend` (left on the chosen one) and choose (`choose`)."""
+    """Time each of `paths` on `backend`, a sequence of a llama.cpp context (left on the
+    chosen one), and choose (`choose`)."""
     found: dict[str, Measured] = {}
     for path in paths:
         try:
-            memory = backend.use_attention(path)
+            memory = backend.context.use_attention(path)
         except RuntimeError as exc:  # llama.cpp refused the context (memory, kernels)
             found[path.name] = Measured(None, 0.0, f"unavailable: {exc}")
             continue
@@ -170,5 +171,5 @@ def measure_paths(backend: Any, paths: Sequence[AttentionPath], mix: Mix,
         found[path.name] = Measured((measure_fn or measure)(backend, progress=say), memory)
     chosen, why = choose(found, mix, backend.context_window, memory_bound_mib)
     if chosen != paths[-1].name:  # measured last, still open
-        backend.use_attention(AttentionPath.parse(chosen))
+        backend.context.use_attention(AttentionPath.parse(chosen))
     return AttentionTable(found, chosen, why, mix)

@@ -14,7 +14,7 @@ past the deepest, the last two depths' slope extended (attention grows about
 linearly with depth). Past the backend's `max_append` a forward is impossible
 (``inf``).
 
-The surface comes from `ffwd.engine.measure` (timed forwards at load, cached
+The surface comes from `ffwd.engine.cost.measure` (timed forwards at load, cached
 as JSON by `ffwd.models`); its level follows the forwards the loop really
 makes: each `observe` moves one running factor towards the ratio of what a
 forward took to what the surface predicted at its depth, so a machine that
@@ -35,7 +35,7 @@ import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from ffwd.fill.spans import Undo
 
@@ -43,6 +43,16 @@ Kind = Literal["rows", "last"]
 KINDS: tuple[Kind, ...] = ("rows", "last")
 SMOOTHING = 0.1  # weight of one observed forward in the running level
 Table = dict[int, dict[int, float]]  # depth -> m -> ms
+
+
+class Pricing(Protocol):
+    """What the decode loop prices spans with: ``m -> ms`` at a depth, and what undoing a
+    rejected span adds (a `CostSurface`, or a sequence's share of a batched step)."""
+
+    @property
+    def undo(self) -> Undo: ...
+
+    def at(self, depth: int, kind: Kind = "rows") -> Callable[[int], float]: ...
 
 
 @dataclass(slots=True)

@@ -1,21 +1,19 @@
-"""The llama.cpp backend: a GGUF model through llama-cpp-python's C API.
+"""The llama.cpp engine: a GGUF model through llama-cpp-python's C API.
 
-Implements `ffwd.engine.backend.Backend` on the low-level `llama_cpp` module
-(not its `Llama` class). `LlamaCppBackend` loads the model and opens one
-context of `parallel` sequences (``--parallel N``, `ffwd.engine.llamactx`);
-it is sequence 0 of them itself, and `sequences()` gives every sequence's
-`LlamaSequence` (`ffwd.engine.llamaseq`: ids, rewinds, states). Their forwards
-meet in the context's `Batcher` (`ffwd.engine.batch`), which runs one
-`llama_decode` per step over every waiting sequence (`_decode_step`): one
-reusable `llama_batch` whose per-row logits flags ask llama.cpp for exactly
-the rows each sequence reads: every row for `forward`, the last for `append`
-and prefill. On a 262k vocabulary the output head is a large share of a short
-forward, and each row copied out is 1 MB. With one sequence, or one running,
-a forward runs at once on the caller's thread.
+Works on the low-level `llama_cpp` module (not its `Llama` class).
+`LlamaContext` loads the model and opens one context of `parallel` sequences
+(``--parallel N``, `ffwd.engine.llama.kv`), each a `LlamaSequence`
+(`ffwd.engine.llama.sequence`: ids, rewinds, states, the `Backend`); `open_llama`
+gives the first of them, the one a library caller decodes with. `decode` is
+the `Context`'s one forward: one ``llama_decode`` over every part of a step
+(`ffwd.engine.core.batch`), through one reusable `llama_batch` whose per-row logits
+flags ask llama.cpp for exactly the rows each part reads: every row for a
+verify span, the last for anything else. On a 262k vocabulary the output head
+is a large share of a short forward, and each row copied out is 1 MB.
 
 Attention: the context runs on one `AttentionPath` (flash attention on or off,
 the KV cache's type), the first of `paths` until the loader has timed them all
-and picked one (`ffwd.engine.attention`); `use_attention` reopens the context on
+and picked one (`ffwd.engine.llama.attention`); `use_attention` reopens the context on
 another path (every sequence's cache starts empty). Fidelity: with an f16 cache
 and flash attention, a one-id forward over 512 cells or more splits the KV range
 over the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel;
@@ -40,18 +38,18 @@ import ctypes
 import os
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from ffwd.engine.attention import AttentionPath, candidates
-from ffwd.engine.batch import Batcher, Decode, Part
-from ffwd.engine.batchcost import observe_step
-from ffwd.engine.llamactx import exact_kv, new_context, reserved_mib
-from ffwd.engine.llamaseq import LlamaSequence, Shared
-from ffwd.engine.native import (
+from ffwd.engine.core.batch import BatchStats, Part
+from ffwd.engine.cost.batched import observe_parts, prefill_budget
+from ffwd.engine.cost.surface import CostSurface
+from ffwd.engine.llama.attention import AttentionPath, candidates
+from ffwd.engine.llama.kv import exact_kv, new_context, reserved_mib
+from ffwd.engine.llama.native import (
     LoadReport,
     capture,
     device_key,
@@ -61,44 +59,28 @@ from ffwd.engine.native import (
     load_model,
     system_info,
 )
-from ffwd.engine.threads import BUSY, Contention, ThreadChooser
+from ffwd.engine.llama.sequence import LlamaSequence, Shared
+from ffwd.engine.llama.threads import BUSY, Contention, ThreadChooser
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 
 
-def _free(lib: Any, batcher: Batcher, batch: Any, ctx: list[Any], model: Any) -> None:
-    batcher.close()
+def _free(lib: Any, batch: Any, ctx: list[Any], model: Any) -> None:
     lib.llama_batch_free(batch)
     if ctx[0] is not None:
         lib.llama_free(ctx[0])
     lib.llama_model_free(model)
 
 
-def torch_beside_llama() -> None:
-    """Keep torch on one thread in a process whose llama.cpp forwards run on the batcher's
-    thread while other threads sample (a server, `ffwd generate`). torch loads the same
-    OpenMP runtime as ggml, and each thread that runs a parallel torch op (a softmax over
-    the vocabulary) gets a team: beside the batcher's, libgomp throttles every barrier
-    of ggml's forwards. torch has only sampling to do there."""
-    torch.set_num_threads(1)
+def open_llama(path: str | os.PathLike[str], **settings: Any) -> LlamaSequence:
+    """The first sequence of a new `LlamaContext` on the GGUF file at `path` (the backend a
+    library caller decodes with; `backend.context` is the rest)."""
+    return LlamaContext(path, **settings).sequences[0]
 
 
-def _weak(method: Callable[[list[Part]], list[np.ndarray]]) -> Decode:
-    """`method` (a bound method) called through a weak reference to its object."""
-    ref = weakref.WeakMethod(method)
-
-    def call(parts: list[Part]) -> list[np.ndarray]:
-        fn = ref()
-        if fn is None:
-            raise RuntimeError("the model was closed")
-        return fn(parts)
-
-    return call
-
-
-class LlamaCppBackend(LlamaSequence):
-    """A GGUF model on llama.cpp: its context of `parallel` sequences, and the first of them
-    (a `Backend`; the module docstring says how they share forwards)."""
+class LlamaContext:
+    """A GGUF model on llama.cpp: its context of `parallel` sequences and their forwards
+    (a `Context`; the module docstring says how)."""
 
     def __init__(
         self,
@@ -131,18 +113,19 @@ class LlamaCppBackend(LlamaSequence):
         self.n_gpu_layers = gpu_layers(n_gpu_layers, offload=gpu_offload(), line=line)
         with capture() as lines:  # llama.cpp says where the weights went
             model = self._model = load_model(lib, os.fspath(path), self.n_gpu_layers, line)
-        shared = self._read_model(lib, model, os.fspath(path), n_ctx, threads, n_batch)
+        self.shared = sh = self._read_model(lib, model, os.fspath(path), n_ctx, threads, n_batch)
+        self.limit = n_batch
+        self.budget = n_batch  # prompt ids per shared step, once the surface says
+        sh.owner = self
+        sh.on_surface = self._on_surface
         exact = exact_kv(lib, model) if deterministic else None
         self.paths = candidates(flash_attn, kv_cache, exact)  # the loader times them all
-        shared.attention = self.paths[0]
-        super().__init__(shared, 0)
-        # The batcher's thread must not keep the backend alive: it calls back weakly.
-        shared.batcher = Batcher(_weak(self._decode_step), limit=n_batch)
-        shared.sequences = [self, *(LlamaSequence(shared, i) for i in range(1, parallel))]
+        sh.attention = self.paths[0]
+        self.sequences = [LlamaSequence(sh, i) for i in range(parallel)]
+        self._stats = BatchStats()
         self._ctx: list[Any] = [None]  # the context, reopened by use_attention
         self._batch = lib.llama_batch_init(n_batch, 0, 1)
-        self._finalizer = weakref.finalize(self, _free, lib, shared.batcher, self._batch,
-                                           self._ctx, model)
+        self._finalizer = weakref.finalize(self, _free, lib, self._batch, self._ctx, model)
         for i in range(n_batch):  # one sequence per row; which one, each step says
             self._batch.n_seq_id[i] = 1
         self.reserved_mib = self._open(self.paths[0], lines)
@@ -155,6 +138,7 @@ class LlamaCppBackend(LlamaSequence):
                     n_batch: int) -> Shared:
         self._vocab_ptr = vocab = lib.llama_model_get_vocab(model)
         size = int(lib.llama_vocab_n_tokens(vocab))
+        self.vocab = size
         self.n_swa = int(lib.llama_model_n_swa(model))  # 0: no sliding-window layers
         self.n_ctx = n_ctx or min(int(lib.llama_model_n_ctx_train(model)), DEFAULT_CONTEXT_CAP)
         self.path = path
@@ -164,22 +148,55 @@ class LlamaCppBackend(LlamaSequence):
             bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model)),
             self.n_swa, threads or torch.get_num_threads(), AttentionPath(True, "f16"))
 
+    # --- facts ----------------------------------------------------------
+    @property
+    def threads(self) -> int:
+        return self.shared.threads
+
     @property
     def recurrent(self) -> bool:
-        return self._shared.recurrent
+        return self.shared.recurrent
+
+    @property
+    def attention(self) -> AttentionPath:
+        return self.shared.attention
+
+    @property
+    def threads_now(self) -> int:
+        """The threads forwards run on now (`threads` or fewer while the cores are shared)."""
+        return self._threads.current
+
+    def token_text(self, token_id: int) -> str:
+        """The vocabulary entry of `token_id` as llama.cpp stores it."""
+        text = self._lib.llama_vocab_get_text(self._vocab_ptr, token_id)
+        return bytes(text or b"").decode("utf-8", errors="replace")
+
+    def batch_stats(self) -> BatchStats:
+        return self._stats.copy()
+
+    def set_running(self, seqs: Sequence[int]) -> None:
+        self.shared.running = list(seqs)
+
+    def close(self) -> None:
+        """Free the context and the model now (the sequences are unusable afterwards)."""
+        self._finalizer()
+
+    # --- the context ------------------------------------------------------
+    def _on_surface(self, surface: CostSurface) -> None:
+        """A measured surface: the prompt ids a shared step carries follow it."""
+        self.budget = prefill_budget(surface)
 
     def _open(self, path: AttentionPath, log: list[str]) -> float:
         """A new context on `path` in place of the old one (freed first); its reserved MiB."""
-        lib, sh = self._lib, self._shared
-        with self.batcher.lock:
+        lib, sh = self._lib, self.shared
+        with sh.lock:
             if self._ctx[0] is not None:
                 lib.llama_free(self._ctx[0])
                 self._ctx[0] = sh.ctx = sh.mem = None
-            for seq in sh.sequences:  # every cache starts empty
-                seq._ids, seq._last = [], None
-            ctx, lines = new_context(lib, self._model, n_ctx=self.n_ctx,
-                                     n_batch=self._max_append, threads=self.threads, path=path,
-                                     n_seq=self.parallel)
+            for seq in self.sequences:  # every cache starts empty
+                seq.drop_ids()
+            ctx, lines = new_context(lib, self._model, n_ctx=self.n_ctx, n_batch=self.limit,
+                                     threads=self.threads, path=path, n_seq=self.parallel)
             log.extend(lines)
             self._ctx[0] = sh.ctx = ctx
             sh.mem = lib.llama_get_memory(ctx)
@@ -192,28 +209,8 @@ class LlamaCppBackend(LlamaSequence):
         self.reserved_mib = self._open(path, [])
         return self.reserved_mib
 
-    @property
-    def prefill_budget(self) -> int:
-        """Prompt ids a step carries while other sequences decode (`batchcost.prefill_budget`
-        of the measured surface; every id of a forward before it is measured)."""
-        return self.batcher.budget
-
-    def close(self) -> None:
-        """Free the context and the model now (the backend is unusable afterwards)."""
-        self._finalizer()
-
-    def token_text(self, token_id: int) -> str:
-        """The vocabulary entry of `token_id` as llama.cpp stores it."""
-        text = self._lib.llama_vocab_get_text(self._vocab_ptr, token_id)
-        return bytes(text or b"").decode("utf-8", errors="replace")
-
-    @property
-    def threads_now(self) -> int:
-        """The threads forwards run on now (`threads` or fewer while the cores are shared)."""
-        return self._threads.current
-
     def _observe_step(self, ms: float, depth: int) -> None:
-        surface = self._shared.surface
+        surface = self.shared.surface
         if self._threads.expected is None and surface is not None:
             self._threads.expected = lambda d: surface.quiet(1, "last", d)  # quiet cores
         self._threads.observe(ms, depth)
@@ -231,31 +228,42 @@ class LlamaCppBackend(LlamaSequence):
             self._lib.llama_set_n_threads(self._ctx[0], *counts)
             self._threads_set = counts
 
-    def _decode_step(self, parts: list[Part]) -> list[np.ndarray]:
-        """One `llama_decode` of every part (under the batcher's lock): each sequence's
-        ids at the end of its cache; the rows each part asks for."""
-        seqs = self._shared.sequences
-        depths = [seqs[p.seq].cache_len for p in parts]
-        n = self._fill_batch(parts, depths)
-        self._use_threads(n)
-        t0 = time.perf_counter()
-        rc = self._lib.llama_decode(self._ctx[0], self._batch)
-        ms = (time.perf_counter() - t0) * 1000
-        if rc != 0:
-            for p in parts:  # processed micro-batches may remain: start those clean
-                seqs[p.seq]._drop_all()
-            raise RuntimeError(f"llama_decode failed (code {rc}) on {n} ids of "
-                               f"{len(parts)} sequence(s)")
-        if n == 1:  # one-id steps tell whether fewer threads would be faster
-            self._observe_step(ms, depths[0])
-        elif len(parts) > 1 and self._shared.surface is not None:
-            observe_step(self._shared.surface,
-                         [(len(p.ids), d) for p, d in zip(parts, depths, strict=True)], ms)
+    def decode(self, parts: Sequence[Part]) -> list[torch.Tensor]:
+        """One `llama_decode` of every part: each sequence's ids at the end of its cache;
+        the rows each part asks for."""
+        seqs = self.sequences
         for p in parts:
-            seqs[p.seq]._extend(p.ids)
-        return self._rows(parts)
+            seqs[p.seq].check(p.ids, whole=False)
+        with self.shared.lock:
+            depths = [seqs[p.seq].cache_len for p in parts]
+            n = self._fill_batch(parts, depths)
+            self._use_threads(n)
+            t0 = time.perf_counter()
+            rc = self._lib.llama_decode(self._ctx[0], self._batch)
+            ms = (time.perf_counter() - t0) * 1000
+            if rc != 0:
+                for p in parts:  # processed micro-batches may remain: start those clean
+                    seqs[p.seq].drop_all()
+                raise RuntimeError(f"llama_decode failed (code {rc}) on {n} ids of "
+                                   f"{len(parts)} sequence(s)")
+            rows = self._rows(parts)
+        self._observe(parts, depths, ms)
+        for p, r in zip(parts, rows, strict=True):
+            seqs[p.seq].took(p.ids, r)
+        return rows
 
-    def _fill_batch(self, parts: list[Part], depths: list[int]) -> int:
+    def _observe(self, parts: Sequence[Part], depths: list[int], ms: float) -> None:
+        """What the step took: the batch's stats, the thread chooser (one-id steps) and the
+        cost surface's running level."""
+        self._stats.count(len(parts))
+        if len(parts) == 1 and len(parts[0].ids) == 1:  # fewer threads faster?
+            self._observe_step(ms, depths[0])
+        if self.shared.surface is not None:
+            observe_parts(self.shared.surface, [
+                (len(p.ids), d, "rows" if p.all_rows else "last")
+                for p, d in zip(parts, depths, strict=True)], ms)
+
+    def _fill_batch(self, parts: Sequence[Part], depths: list[int]) -> int:
         """Fill the batch: positions continue each cache; logits only where read."""
         batch, i = self._batch, 0
         for p, pos0 in zip(parts, depths, strict=True):
@@ -270,18 +278,18 @@ class LlamaCppBackend(LlamaSequence):
         batch.n_tokens = i
         return i
 
-    def _rows(self, parts: list[Part]) -> list[np.ndarray]:
+    def _rows(self, parts: Sequence[Part]) -> list[torch.Tensor]:
         """Copy out the rows each part asked for."""
-        out: list[np.ndarray] = []
-        nbytes, start = self._vocab * 4, 0
+        out: list[torch.Tensor] = []
+        nbytes, start = self.vocab * 4, 0
         for p in parts:
             rows = range(start, start + len(p.ids)) if p.all_rows else (start + len(p.ids) - 1,)
-            got = np.empty((len(rows), self._vocab), dtype=np.float32)
+            got = np.empty((len(rows), self.vocab), dtype=np.float32)
             for j, i in enumerate(rows):
                 ptr = self._lib.llama_get_logits_ith(self._ctx[0], i)
                 if not ptr:
                     raise RuntimeError(f"llama.cpp has no logits for batch row {i}")
                 ctypes.memmove(got[j].ctypes.data, ptr, nbytes)
-            out.append(got)
+            out.append(torch.from_numpy(got))
             start += len(p.ids)
         return out
