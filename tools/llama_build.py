@@ -7,9 +7,11 @@
 builds are kept under ``~/.cache/ffwd/llama/<key>``, where the key hashes the
 package, the CMake arguments and the machine: pip's own wheel cache ignores
 ``CMAKE_ARGS``, so a wheel built with other flags (the AMX kernels on, say)
-could otherwise come back. `wheel` installs the build into the running
-interpreter's environment whenever the installed one came from another key, and
-then refuses a library whose build line still has ggml's AMX kernels in it.
+could otherwise come back. A cached wheel that does not read whole, or a peer
+binary that does not run, is removed and built again, with a line naming it.
+`wheel` installs the build into the running interpreter's environment whenever
+the installed one came from another key, and then refuses a library whose build
+line still has ggml's AMX kernels in it.
 `peers` builds llama.cpp's own ``llama-server`` and ``llama-bench`` from the
 same vendored source with the same arguments, for ``ffwd bench``.
 
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 PEERS = ("llama-server", "llama-bench")
@@ -72,11 +75,24 @@ def pip(*args: str) -> list[str]:
     return [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
 
 
+def intact_wheel(wheel: Path) -> bool:
+    """Whether `wheel` reads whole: a zip whose every member matches its CRC."""
+    try:
+        with zipfile.ZipFile(wheel) as z:
+            return z.testzip() is None
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
 def build_wheel(spec: str, cmake_args: str, out: Path) -> Path:
-    """The wheel of `spec` built with `cmake_args` (cached in `out`)."""
-    found = sorted(out.glob("*.whl"))
-    if found:
-        return found[0]
+    """The wheel of `spec` built with `cmake_args` (cached in `out`; a damaged one is
+    removed, said so, and built again)."""
+    for wheel in sorted(out.glob("*.whl")):
+        if intact_wheel(wheel):
+            return wheel
+        print(f"llama-cpp-python: the cached wheel {wheel} is damaged: removed, building it "
+              "again", file=sys.stderr, flush=True)
+        wheel.unlink()
     print(f"llama-cpp-python: compiling llama.cpp for this machine (several minutes), "
           f"CMAKE_ARGS={cmake_args}", flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="llama-wheel-"))
@@ -150,6 +166,11 @@ def build_peers(spec: str, cmake_args: str, bin_dir: Path) -> int:
     """llama-server and llama-bench from `spec`'s vendored llama.cpp, same flags, into `bin_dir`."""
     key = build_key(spec, cmake_args)
     out = cache_root() / key / "bin"
+    for name in PEERS:  # a damaged binary is built again
+        if (out / name).exists() and not runs(out / name):
+            print(f"{out / name} does not run: removed, building the peers again",
+                  file=sys.stderr, flush=True)
+            (out / name).unlink()
     if not all((out / name).exists() for name in PEERS):
         src = sdist(spec, cache_root() / "sdist" / spec.replace("==", "-"))
         build = cache_root() / key / "peers-build"
@@ -169,6 +190,15 @@ def build_peers(spec: str, cmake_args: str, bin_dir: Path) -> int:
     built = " ".join((version.stdout + version.stderr).split())
     print(f"peers in {bin_dir}: {', '.join(PEERS)} ({built})", flush=True)
     return 0
+
+
+def runs(binary: Path) -> bool:
+    """Whether `binary --version` runs and exits 0."""
+    try:
+        return subprocess.run([str(binary), "--version"], capture_output=True,
+                              timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 def main() -> int:

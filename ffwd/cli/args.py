@@ -12,6 +12,7 @@ import argparse
 from typing import Any
 
 from ffwd.config import (
+    DEFAULT_KEEP_ALIVE,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PARALLEL,
@@ -28,6 +29,7 @@ from ffwd.config import (
     resolve_cors_origins,
     resolve_engine_config,
     resolve_fill_config,
+    resolve_keep_alive,
     resolve_scale_config,
     resolve_token_limits,
 )
@@ -49,6 +51,10 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    help="web pages (origins, comma-separated, or *) that may call the API "
                    "from a browser besides the server's own and localhost ones; any other "
                    "origin gets 403 (FFWD_CORS_ORIGINS; default: none)")
+    p.add_argument("--keep-alive-timeout", default=None,
+                   help="seconds an idle client connection is kept open; every response says "
+                   "so in 'Keep-Alive: timeout=N' (FFWD_KEEP_ALIVE; default: "
+                   f"{DEFAULT_KEEP_ALIVE}, longer than common clients keep theirs)")
     p.add_argument("--max-queue", type=int, default=DEFAULT_MAX_QUEUE,
                    help=f"requests allowed to wait; more get 429 (default: {DEFAULT_MAX_QUEUE})")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
@@ -200,4 +206,5 @@ def deploy_spec(args: argparse.Namespace, fill: FillConfig, engine: EngineConfig
         args.tool_format, args.prompt_cache_bytes, args.api_key, args.max_queue,
         args.max_body_bytes, args.host, args.port, resolve_limits(args),
         cors_origins=resolve_cors_origins(args.cors_origins),
+        keep_alive=resolve_keep_alive(args.keep_alive_timeout),
     )

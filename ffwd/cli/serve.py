@@ -21,6 +21,7 @@ from ffwd.config import (
     FillConfig,
     TokenLimits,
     resolve_cors_origins,
+    resolve_keep_alive,
     resolve_log_format,
 )
 
@@ -41,6 +42,7 @@ def main(args: argparse.Namespace) -> int:
             _check_trace_file(fill.trace_path)
         log_format = resolve_log_format(args.log_format)
         origins = resolve_cors_origins(args.cors_origins)
+        keep_alive = resolve_keep_alive(args.keep_alive_timeout)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
         from ffwd.models import resolve_model
 
@@ -59,11 +61,11 @@ def main(args: argparse.Namespace) -> int:
 
         return serve_replicas(replace(spec, log_format=log_format), args.ray_address)
     assert ref is not None
-    return _serve_here(args, ref.name, fill, engine, limits, origins)
+    return _serve_here(args, ref.name, fill, engine, limits, origins, keep_alive)
 
 
-def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
-                engine: EngineConfig, limits: TokenLimits, origins: tuple[str, ...]) -> int:
+def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: EngineConfig,
+                limits: TokenLimits, origins: tuple[str, ...], keep_alive: int) -> int:
     import uvicorn
     from tqdm import tqdm
 
@@ -84,7 +86,8 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
             print(f"ffwd serve: {exc}", file=sys.stderr)
             return 2
     app = create_app(service, api_key=args.api_key, max_queue=args.max_queue,
-                     max_body_bytes=args.max_body_bytes, cors_origins=origins)
+                     max_body_bytes=args.max_body_bytes, cors_origins=origins,
+                     keep_alive=keep_alive)
     backend = service.backend
     print(f"greedy determinism: {loaded_promise(backend)[1]}", file=sys.stderr)
     if backend.attention_table is not None:
@@ -109,7 +112,8 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig,
 
     print(f"browser origins that may call it: {CorsPolicy(origins).describe()}",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
+                timeout_keep_alive=keep_alive)
     return 0
 
 

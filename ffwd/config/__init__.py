@@ -8,7 +8,7 @@ No module outside this package reads `os.environ`.
 * `fill`: FFWD_FILL and FFWD_FILL_* (process and per-request fill settings)
 * `engine`: FFWD_BACKEND, FFWD_THREADS, FFWD_KV_CACHE ... (how the model runs)
 * `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR, FFWD_LOG_FORMAT,
-  FFWD_CORS_ORIGINS
+  FFWD_CORS_ORIGINS, FFWD_KEEP_ALIVE
 * `scale`: replicas and routing under Ray Serve (flags only)
 """
 
@@ -39,6 +39,7 @@ from ffwd.config.fill import (
 from ffwd.config.scale import ROUTERS, Router, ScaleConfig, resolve_scale_config
 from ffwd.config.server import (
     ANY_ORIGIN,
+    DEFAULT_KEEP_ALIVE,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
@@ -47,13 +48,15 @@ from ffwd.config.server import (
     cache_dir,
     check_limits,
     resolve_cors_origins,
+    resolve_keep_alive,
     resolve_log_format,
     resolve_token_limits,
 )
 from ffwd.values import SettingError
 
 __all__ = [
-    "ANY_ORIGIN", "BACKENDS", "DEFAULT_MAX_BODY_BYTES", "DEFAULT_MAX_QUEUE",
+    "ANY_ORIGIN", "BACKENDS", "DEFAULT_KEEP_ALIVE", "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_QUEUE",
     "DEFAULT_PARALLEL", "DEFAULT_PROMPT_CACHE_BYTES",
     "DTYPES", "FILL_MODES", "FLASH_ATTNS", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES",
     "ROUTERS", "SERVER_DEFAULT_FILL",
@@ -61,6 +64,7 @@ __all__ = [
     "ScaleConfig", "SettingError", "TokenLimits", "cache_dir", "check_limits",
     "resolve_backend", "resolve_cors_origins", "resolve_device", "resolve_dtype",
     "resolve_engine_config",
-    "resolve_fill_config", "resolve_fill_mode", "resolve_log_format", "resolve_scale_config",
+    "resolve_fill_config", "resolve_fill_mode", "resolve_keep_alive", "resolve_log_format",
+    "resolve_scale_config",
     "resolve_token_limits",
 ]

@@ -6,6 +6,7 @@
     FFWD_LOG_FORMAT          the server's log lines: text or json          text
     FFWD_CORS_ORIGINS        browser origins allowed besides the server's   (none)
                              own and localhost ones, comma-separated; *: any
+    FFWD_KEEP_ALIVE          seconds an idle client connection is kept      120
 """
 
 from __future__ import annotations
@@ -21,6 +22,10 @@ from ffwd.values import Parser, SettingError, choice, int_in, parse_settings
 DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
 DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
 DEFAULT_PROMPT_CACHE_BYTES = 1 << 30  # KV states of other conversations kept, LRU
+# Longer than every common HTTP client keeps an idle connection (httpx 5 s, Go and
+# reqwest 90 s, curl 118 s; docs/operating.md), so the client lets go first and never
+# sends on a connection the server is closing.
+DEFAULT_KEEP_ALIVE = 120
 # One request holds the only worker while it decodes: ~90 ids/s here, so the
 # limit bounds a request to under a minute unless the operator allows more.
 
@@ -64,6 +69,14 @@ def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_by
     if max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
 
+
+
+def resolve_keep_alive(flag: object = None, env: Mapping[str, str] | None = None) -> int:
+    """FFWD_KEEP_ALIVE, or the --keep-alive-timeout `flag` (which wins): the seconds an
+    idle HTTP connection is kept open (1 to 86400; default `DEFAULT_KEEP_ALIVE`)."""
+    env = os.environ if env is None else env
+    raw = flag if flag is not None else env.get("FFWD_KEEP_ALIVE", "").strip() or None
+    return DEFAULT_KEEP_ALIVE if raw is None else int_in("FFWD_KEEP_ALIVE", 1, 86400)(raw)
 
 
 LOG_FORMATS = ("text", "json")

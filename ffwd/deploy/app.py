@@ -227,12 +227,13 @@ class Ingress:
         self.api_key = spec.api_key
         self.max_body_bytes = spec.max_body_bytes
         self.cors_origins = spec.cors_origins
+        self.keep_alive = spec.keep_alive  # the proxy's (`DeploySpec.http_options`)
         configure_logging(spec.log_format)  # one line per request, in this actor's log
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         return create_app(executor=self.executor, api_key=self.api_key,
                           max_body_bytes=self.max_body_bytes, metrics=self.metrics,
-                          cors_origins=self.cors_origins)
+                          cors_origins=self.cors_origins, keep_alive=self.keep_alive)
 
 
 def build_app(spec: DeploySpec) -> Any:

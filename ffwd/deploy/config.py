@@ -14,7 +14,8 @@ HEADER = """\
 #     serve deploy ffwd.yaml            (or: serve run ffwd.yaml)
 # `args` go to ffwd.deploy.app:app_builder (model, fill, engine); `deployments`
 # are Serve's own options and override ffwd's. engine.threads follows
-# ray_actor_options.num_cpus of ModelReplica: change the two together.
+# ray_actor_options.num_cpus of ModelReplica, and args.keep_alive (what responses
+# say) http_options.keep_alive_timeout_s: change each pair together.
 """
 
 

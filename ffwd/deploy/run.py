@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from types import FrameType
 
 from ffwd.deploy.spec import APP_NAME, DeploySpec
@@ -44,6 +45,21 @@ def _exit(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(0)  # runs the clean-up below, as Ctrl-C does
 
 
+def _proxy_keep_alive(wanted: int) -> int:
+    """The idle timeout of the cluster's HTTP proxy, which responses must state: `wanted`,
+    unless Serve was already running (joined) with another, which it keeps."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None  # serve.start just made or found one
+    actual = int(client.http_config.keep_alive_timeout_s)
+    if actual != wanted:
+        print(f"ffwd serve: this cluster's Serve proxy was started with a keep-alive of "
+              f"{actual} s, not --keep-alive-timeout {wanted}: responses say {actual}",
+              file=sys.stderr, flush=True)
+    return actual
+
+
 def serve_replicas(spec: DeploySpec, ray_address: str | None) -> int:
     import ray
     from ray import serve
@@ -65,6 +81,7 @@ def serve_replicas(spec: DeploySpec, ray_address: str | None) -> int:
                 print(f"ffwd serve: {problem}", file=sys.stderr)
                 return 2
         serve.start(http_options=spec.http_options())
+        spec = replace(spec, keep_alive=_proxy_keep_alive(spec.keep_alive))
         serve.run(build_app(spec), name=APP_NAME, route_prefix="/", blocking=False)
         print(
             f"ffwd serving {spec.model} on {spec.scale.replicas} replicas (router "

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ffwd.config import (
+    DEFAULT_KEEP_ALIVE,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
@@ -27,6 +28,7 @@ from ffwd.config import (
     resolve_cors_origins,
     resolve_engine_config,
     resolve_fill_config,
+    resolve_keep_alive,
     resolve_log_format,
     resolve_scale_config,
     resolve_token_limits,
@@ -37,7 +39,7 @@ MODEL_DEPLOYMENT = "ModelReplica"
 INGRESS_DEPLOYMENT = "Ingress"
 ROUTER_CLASS = "ffwd.deploy.ray_router:PrefixAffinityRouter"
 _SERVICE_KEYS = ("model", "tool_format", "prompt_cache_bytes", "api_key", "max_queue",
-                 "max_body_bytes", "log_format")
+                 "max_body_bytes", "log_format", "keep_alive")
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,12 @@ class DeploySpec:
     limits: TokenLimits = field(default_factory=TokenLimits)
     log_format: str = "text"  # the ingress's log lines (ffwd.serve.access)
     cors_origins: tuple[str, ...] = ()  # browser origins besides its own and localhost's
+    keep_alive: int = DEFAULT_KEEP_ALIVE  # seconds the proxy keeps an idle connection
 
     def __post_init__(self) -> None:
         check_limits(self.max_queue, self.prompt_cache_bytes, self.port, self.max_body_bytes)
         resolve_log_format(self.log_format)  # a SettingError naming FFWD_LOG_FORMAT
+        resolve_keep_alive(self.keep_alive, env={})  # a SettingError naming FFWD_KEEP_ALIVE
 
     @property
     def max_ongoing(self) -> int:
@@ -141,7 +145,9 @@ class DeploySpec:
         }
 
     def http_options(self) -> dict[str, Any]:
-        return {"host": self.host, "port": self.port}
+        """Serve's HTTP proxy: where it listens, and its idle timeout (the ingress states
+        the same in every response's ``Keep-Alive``)."""
+        return {"host": self.host, "port": self.port, "keep_alive_timeout_s": self.keep_alive}
 
 
 def _plain(value: object) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@
 directory, a ``.gguf`` file) into a `ModelRef` (`files`); `load_backend`
 loads it on the engine `choose_backend` picks, after `check_engine` ran a
 first forward in a child process on llama.cpp (`load`); the transformers
-engine's weights are in `weights`, the cached forward cost curves in `costs`.
+engine's weights are in `weights`, the cached forward cost curves in `costs`;
+`cache` reads what is kept under the cache folder, or builds a damaged entry again.
 """
 
 from ffwd.models.costs import (

@@ -5,22 +5,21 @@ the one chosen), keyed on the library's build line, the CPU, where the layers
 run, the threads, the context, the batch and the attention settings; on
 transformers a `CostSurface`, keyed on dtype, device and threads. A
 measurement made while other processes used more than `BUSY` of the CPUs
-serves this process only and is not cached.
+serves this process only and is not cached; a cached file that cannot be read is
+measured again (`ffwd.models.cache`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ffwd.config import cache_dir
 from ffwd.engine.llama.threads import BUSY
+from ffwd.models.cache import read_cached, read_json, write_json
 from ffwd.models.files import ModelRef
 
 log = logging.getLogger("ffwd.models")
@@ -45,16 +44,18 @@ def llama_cost_parts(*, device: str, threads: int, n_ctx: int, n_batch: int, kv_
 
 def read_cost_curve(path: Path) -> Any:
     """What is cached at `path` (an `AttentionTable` or a `CostSurface`), or None when
-    nothing is (or it is damaged)."""
+    nothing is (or, logged and removed, it cannot be read)."""
+    return read_cached(path, _cost_curve, "measured forward costs")
+
+
+def _cost_curve(path: Path) -> Any:
     from ffwd.engine.cost.surface import CostSurface
     from ffwd.engine.llama.attention import AttentionTable
 
-    try:
-        data = json.loads(path.read_text())
-        return AttentionTable.from_dict(data) if "chosen" in data else \
-            CostSurface.from_dict(data)
-    except (OSError, ValueError, KeyError, AssertionError, TypeError, AttributeError):
-        return None
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    return AttentionTable.from_dict(data) if "chosen" in data else CostSurface.from_dict(data)
 
 
 def load_or_measure(backend: Any, path: Path, refresh: bool = False,
@@ -77,9 +78,5 @@ def load_or_measure(backend: Any, path: Path, refresh: bool = False,
                     "the CPUs: they are not cached (a load on a quieter machine measures them "
                     "again)", 100 * share)
         return found
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(found.as_dict(), fh)
-    os.replace(tmp, path)
+    write_json(path, found.as_dict(), "measured forward costs")
     return found

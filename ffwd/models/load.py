@@ -10,15 +10,14 @@ signal. The forward cost curve comes from its cache (`ffwd.models.costs`).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ffwd.config import cache_dir, resolve_backend
+from ffwd.models.cache import read_cached, read_json, write_json
 from ffwd.models.costs import cost_curve_path, llama_cost_parts, load_or_measure
 from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
 from ffwd.models.weights import load_model, pick_device
@@ -145,10 +144,9 @@ def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: st
         flash_attn, "paths",  # every attention path the loader may time
     ))).encode()).hexdigest()
     mark = cache_dir() / "checks" / f"{key[:24]}.json"
-    try:
-        return LoadReport.from_dict(json.loads(mark.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    known = read_cached(mark, lambda p: LoadReport.from_dict(read_json(p)), "engine check")
+    if known is not None:
+        return known
     found = first_forward(str(ref.path), threads=threads, kv_cache=kv_cache,
                           n_gpu_layers=n_gpu_layers, deterministic=deterministic,
                           flash_attn=flash_attn)
@@ -157,11 +155,7 @@ def check_engine(ref: ModelRef, *, threads: int, kv_cache: str, n_gpu_layers: st
             f"{found}: llama.cpp cannot run {ref.name} on this machine ({cpu_model()}; build: "
             f"{line}). Rebuild the engine with `make install` (it leaves out ggml's AMX kernels, "
             "which crash), or run with FFWD_LLAMACPP_LOG=1 to read llama.cpp's own log")
-    mark.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=mark.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(found.as_dict(), fh)
-    os.replace(tmp, mark)
+    write_json(mark, found.as_dict(), "engine check")
     return found
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ffwd.models.files import ModelRef, cached_conversion, resolve_model, save_atomically
+from ffwd.models.cache import check_tree, read_cached, save_tree
+from ffwd.models.files import ModelRef, cached_conversion, resolve_model
 
 
 def pick_device(device: str = "auto") -> str:
@@ -57,30 +58,41 @@ def load_model(
 
     A GGUF file is dequantized once (float32, ~20 s for the default model) and
     the result is kept as safetensors under `cache_dir()/models`, so later
-    loads read that copy.
+    loads read that copy (a damaged copy is converted again: `ffwd.models.cache`).
     """
     from transformers import AutoModelForCausalLM
 
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
     dtype_ = torch_dtype(dtype, dev)
+    model: Any
     if ref.gguf_file is None:
         model = AutoModelForCausalLM.from_pretrained(ref.directory, dtype=dtype_)
     else:
         cached = cached_conversion("models", ref)
-        if not cached.exists():
-            import torch
-
-            converted = AutoModelForCausalLM.from_pretrained(
-                ref.directory, gguf_file=ref.gguf_file, dtype=torch.float32
-            )
-            # The weights are already dequantized; transformers only keeps a GGUF
-            # marker that makes save_pretrained refuse. Drop it to save plain tensors.
-            converted.hf_quantizer = None  # type: ignore[assignment]
-            if hasattr(converted.config, "quantization_config"):
-                del converted.config.quantization_config
-            save_atomically(converted, cached)
+        model = read_cached(cached, lambda p: AutoModelForCausalLM.from_pretrained(
+            check_tree(p), dtype=dtype_), "converted model")
+        if model is None:
+            converted = _dequantize(ref)
+            saved = save_tree(converted, cached, "converted model")
+            model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype_) if saved \
+                else converted.to(dtype_)
             del converted
-        model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype_)
-    moved: Any = model.to(dev)  # type: ignore[arg-type]  # transformers' stubs reject a str device
+    moved: Any = model.to(dev)
     return moved.eval()
+
+
+def _dequantize(ref: ModelRef) -> Any:
+    """`ref`'s GGUF as a float32 transformers model that `save_pretrained` can save."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    converted = AutoModelForCausalLM.from_pretrained(
+        ref.directory, gguf_file=ref.gguf_file, dtype=torch.float32
+    )
+    # The weights are already dequantized; transformers only keeps a GGUF
+    # marker that makes save_pretrained refuse. Drop it to save plain tensors.
+    converted.hf_quantizer = None  # type: ignore[assignment]
+    if hasattr(converted.config, "quantization_config"):
+        del converted.config.quantization_config
+    return converted

@@ -15,7 +15,16 @@ generation's traceback. A generation's result is noted on the record
     fill_share=0.3 request_id=req_5f0c...
 
 (one line; the token fields only where a generation ran, `fill_share` being
-the injected share of the completion). `configure_logging(fmt)` writes
+the injected share of the completion). A flood of client errors does not
+flood the log: `AccessLog` writes the first `FLOOD_BURST` 4xx lines of one
+client, method, path and status within `FLOOD_INTERVAL` seconds, counts the
+rest, and when the interval ends writes one line with their count (a client
+retrying through 429s, a script sending the same bad body)::
+
+    method=POST path=/v1/chat/completions status=429 client=10.0.0.7 repeated=2140
+    interval_s=10.0 last_request_id=req_9a1b...
+
+Every other response (2xx, 3xx, 5xx) keeps its own line. `configure_logging(fmt)` writes
 ffwd's log records (these lines, tracebacks, warnings) to stderr, one per
 line: ``text`` (a request line as the key=value pairs above) or ``json`` (one
 object per line, a request line's fields at its top level).
@@ -29,7 +38,7 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -39,6 +48,8 @@ from ffwd.serve.errors import is_anthropic_path
 log = logging.getLogger("ffwd.access")
 REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # a client's id kept as it is
 TEXT_FORMAT = "%(asctime)s %(name)s: %(message)s"
+FLOOD_INTERVAL = 10.0  # seconds one count line covers
+FLOOD_BURST = 5  # lines of one client's same 4xx per interval before the rest are counted
 
 
 @dataclass(eq=False)
@@ -51,6 +62,7 @@ class Access:
     started: float = field(default_factory=time.perf_counter)
     status: int = 0  # as sent; 0 until the response starts
     result: GenerationResult | None = None  # the generation's, when one ran
+    client: str = ""  # the peer's address, which a flood's count line names
 
     @classmethod
     def open(cls, scope: MutableMapping[str, Any]) -> Access:
@@ -59,7 +71,9 @@ class Access:
         rid = sent.decode("latin-1").strip()
         if not REQUEST_ID.fullmatch(rid):
             rid = "req_" + uuid.uuid4().hex[:24]
-        return cls(rid, str(scope.get("method", "")), str(scope.get("path", "")))
+        peer = scope.get("client")
+        return cls(rid, str(scope.get("method", "")), str(scope.get("path", "")),
+                   client=str(peer[0]) if peer else "")
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """The request id as every response carries it."""
@@ -83,9 +97,75 @@ class Access:
         """The request's one line (nothing to build when no one reads the log's INFO)."""
         if not log.isEnabledFor(logging.INFO):
             return
-        fields = self.fields()
-        log.info(" ".join(f"{k}={_value(v)}" for k, v in fields.items()),
-                 extra={"fields": fields})
+        _line(self.fields())
+
+
+def _line(fields: dict[str, Any]) -> None:
+    log.info(" ".join(f"{k}={_value(v)}" for k, v in fields.items()), extra={"fields": fields})
+
+
+FloodKey = tuple[str, str, str, int]  # client, method, path, status
+
+
+@dataclass(slots=True)
+class _Run:
+    """One flood key's current interval: the lines written and the requests counted."""
+
+    started: float
+    written: int = 0
+    counted: int = 0
+    last_id: str = ""
+
+
+class AccessLog:
+    """The request lines, a client's repeated 4xx folded into a count per interval (see
+    the module docstring). `clock` gives seconds (injected in tests)."""
+
+    def __init__(self, interval: float = FLOOD_INTERVAL, burst: int = FLOOD_BURST,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.burst = burst
+        self.clock = clock
+        self._runs: dict[FloodKey, _Run] = {}  # oldest interval first
+        self._counted = 0  # requests counted in every open interval
+
+    @property
+    def pending(self) -> bool:
+        """Whether some interval holds requests counted but not yet written."""
+        return self._counted > 0
+
+    def write(self, access: Access) -> None:
+        """`access`'s line, or, one more of a flood, a count towards its interval's line."""
+        now = self.clock()
+        self.flush(now)
+        if not 400 <= access.status < 500:
+            access.write()
+            return
+        key = (access.client, access.method, access.path, access.status)
+        run = self._runs.setdefault(key, _Run(now))
+        if run.written < self.burst:
+            run.written += 1
+            access.write()
+        else:
+            run.counted += 1
+            run.last_id = access.request_id
+            self._counted += 1
+
+    def flush(self, now: float | None = None) -> None:
+        """End the intervals over by `now` (None: every interval), writing their counts."""
+        while self._runs:
+            key, run = next(iter(self._runs.items()))
+            ended = self.clock() if now is None else now
+            if now is not None and ended - run.started < self.interval:
+                return
+            del self._runs[key]
+            self._counted -= run.counted
+            if run.counted and log.isEnabledFor(logging.INFO):
+                client, method, path, status = key
+                _line({"method": method, "path": path, "status": status, "client": client,
+                       "repeated": run.counted,
+                       "interval_s": round(min(ended - run.started, self.interval), 1),
+                       "last_request_id": run.last_id})
 
 
 def _value(v: object) -> str:

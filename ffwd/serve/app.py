@@ -28,6 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ffwd.config import DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_QUEUE
+from ffwd.serve.access import AccessLog
 from ffwd.serve.body import read_json
 from ffwd.serve.cors import CorsPolicy
 from ffwd.serve.delivery import respond
@@ -70,12 +71,16 @@ def create_app(
     metrics: Metrics | None = None,
     response_store: ResponseStore | None = None,
     cors_origins: Sequence[str] = (),
+    keep_alive: int | None = None,
+    access_log: AccessLog | None = None,
 ) -> FastAPI:
     """The API over `service` on a local worker thread (`max_queue` waiting), or `executor`.
 
     `response_store` keeps finished Responses API responses (a default-sized one if None);
     `cors_origins` are the browser origins allowed besides the server's own and localhost
-    ones (``*``: any; `ffwd.config.resolve_cors_origins`).
+    ones (``*``: any; `ffwd.config.resolve_cors_origins`); `keep_alive` is the HTTP
+    server's idle timeout in seconds, which responses state (None: they do not);
+    `access_log` writes the request lines (a default `access.AccessLog` if None).
     """
     metrics = metrics or Metrics()
     if executor is None:
@@ -103,7 +108,8 @@ def create_app(
                     max_tokens=executor.model_info().get("max_tokens_limit"),
                     vocab_size=executor.model_info().get("vocab_size"))
     app.add_middleware(Guard, metrics=metrics, api_key=api_key,
-                       cors=CorsPolicy(cors_origins))
+                       cors=CorsPolicy(cors_origins), keep_alive=keep_alive,
+                       access_log=access_log)
     return app
 
 

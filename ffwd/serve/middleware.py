@@ -4,15 +4,20 @@ API-key check, request counting, last-resort 500.
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
 client's disconnect from the handlers). It opens every request's `Access`
 (`access.py`: its id, sent back on every response, and its log line, written
-once the response has gone), counts every response by its status as sent,
-unknown paths under one label, and turns an exception that escaped every
+once the response has gone by the `AccessLog`, which folds a flood of one
+client's 4xx into a count per interval; a timer writes the count when the flood
+stops, the app's shutdown at the latest), counts every response by its status
+as sent, unknown paths under one label, and turns an exception that escaped every
 handler into a counted 500. Before the key is checked, a browser's
 cross-origin request meets the `cors.CorsPolicy`: from an origin it does not
 allow, a 403 without CORS headers; from one it allows, a preflight is
 answered 204 here, and every reply (errors included, so that the page can read
 them) carries the CORS headers. The key comes as ``Authorization:
 Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
-have the shape of the API the path belongs to (`errors.error_body`).
+have the shape of the API the path belongs to (`errors.error_body`). Given the
+server's keep-alive (`keep_alive`, seconds), every response on a connection that
+stays open says how long it will (`keep_alive_header`), so that a client can let
+an idle connection go before the server closes it.
 
 `tenant` is the one place that decides whom a request belongs to: the API key
 it presents, hashed, whether or not the server checks keys (with none, a
@@ -22,6 +27,7 @@ keys'); a request without a key belongs to the anonymous tenant ``""``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -29,7 +35,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-from ffwd.serve.access import Access
+from ffwd.serve.access import Access, AccessLog
 from ffwd.serve.cors import CorsPolicy, header, same_origin
 from ffwd.serve.errors import APIError, error_body, is_anthropic_path, server_error
 from ffwd.serve.metrics import Metrics
@@ -50,13 +56,20 @@ class Guard:
     """Wraps the FastAPI app (see the module docstring)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics, api_key: str | None,
-                 cors: CorsPolicy | None = None) -> None:
+                 cors: CorsPolicy | None = None, keep_alive: int | None = None,
+                 access_log: AccessLog | None = None) -> None:
         self.app = app
         self.metrics = metrics
         self.key = api_key.encode() if api_key else None
         self.cors = cors or CorsPolicy()
+        self.keep_alive = keep_alive
+        self.log = access_log or AccessLog()
+        self._flushing: asyncio.TimerHandle | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._lifespan(send))
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -70,14 +83,39 @@ class Guard:
         async def sending(message: Message) -> None:
             if message["type"] == "http.response.start":
                 access.status = int(message["status"])
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                headers = [*message.get("headers", ()), *extra]
+                headers += keep_alive_header(scope, headers, self.keep_alive)
+                message = {**message, "headers": headers}
             await send(message)
 
         try:
             await self._guarded(scope, receive, sending, access, origin)
         finally:
             self.metrics.count_request(access.path, access.status or 500)
-            access.write()
+            self.log.write(access)
+            if self.log.pending and self._flushing is None:
+                self._flushing = asyncio.get_running_loop().call_later(
+                    self.log.interval, self._flush)
+
+    def _flush(self) -> None:
+        """Write the floods' counts whose interval ended; again later while some remain."""
+        self.log.flush(self.log.clock())
+        self._flushing = None
+        if self.log.pending:
+            self._flushing = asyncio.get_running_loop().call_later(
+                self.log.interval, self._flush)
+
+    def _lifespan(self, send: Send) -> Send:
+        """`send` for the app's lifespan: at shutdown, every count is written first."""
+        async def sending(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                if self._flushing is not None:
+                    self._flushing.cancel()
+                    self._flushing = None
+                self.log.flush()
+            await send(message)
+
+        return sending
 
     async def _guarded(self, scope: Scope, receive: Receive, send: Send, access: Access,
                        origin: str | None) -> None:
@@ -118,6 +156,30 @@ class Guard:
         assert self.key is not None
         token = presented_key(scope.get("headers") or ())
         return token is not None and hmac.compare_digest(token, self.key)
+
+
+def keep_alive_header(scope: Scope, response: Iterable[tuple[bytes, bytes]],
+                      seconds: int | None) -> list[tuple[bytes, bytes]]:
+    """``Keep-Alive: timeout=N`` when the connection stays open after this response:
+    the server keeps idle connections (`seconds`), the request is HTTP/1.1 (HTTP/1.0
+    closes, HTTP/2 forbids the header) and neither it nor the response says
+    ``Connection: close``.
+
+    >>> scope = {"http_version": "1.1", "headers": [(b"connection", b"keep-alive")]}
+    >>> keep_alive_header(scope, [], 120)
+    [(b'keep-alive', b'timeout=120')]
+    >>> keep_alive_header({**scope, "http_version": "1.0"}, [], 120)
+    []
+    >>> keep_alive_header(scope, [(b"Connection", b"close")], 120)
+    []
+    """
+    if seconds is None or scope.get("http_version", "1.1") != "1.1":
+        return []
+    for name, value in [*(scope.get("headers") or ()), *response]:
+        if name.lower() == b"connection" and b"close" in [
+                token.strip() for token in value.lower().split(b",")]:
+            return []
+    return [(b"keep-alive", f"timeout={seconds}".encode())]
 
 
 def cross_origin(scope: Scope) -> str | None:

@@ -111,6 +111,17 @@ def test_openai_client_unchanged(cluster: Server) -> None:
         json.loads(x.function.arguments) for x in calls]  # type: ignore[union-attr]
 
 
+def test_the_proxy_keeps_an_idle_connection_as_long_as_responses_say(cluster: Server) -> None:
+    """Serve's proxy got --keep-alive-timeout (default 120 s, not Ray's 5 s) and the
+    ingress states it: a connection idle for 5.5 s is reused."""
+    from ffwd.config import DEFAULT_KEEP_ALIVE
+    from tools.keepalive import soak
+
+    got = soak(cluster.url, reuses=1, gap=(5.5, 5.5))
+    assert got["failed"] == 0 and got["reuses"] == 1, got
+    assert got["keep_alive_header"] == f"timeout={DEFAULT_KEEP_ALIVE}"
+
+
 def test_three_turn_conversation_hits_the_cache(cluster: Server) -> None:
     msgs: list[Any] = [SYSTEM, {"role": "user", "content": "Plan a day in Porto."}]
     replicas, prompts = set(), []

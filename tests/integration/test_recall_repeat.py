@@ -20,7 +20,7 @@ import pytest
 
 from ffwd.config import EngineConfig, FillConfig
 from ffwd.engine.core.decode import fixed_policy
-from ffwd.engine.core.generate import stream_generate
+from ffwd.engine.core.generate import drive, stream_generate
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.request import Context
@@ -52,12 +52,10 @@ def ask(service: ModelService, tenant: str,
         run: Callable[..., Any] | None = None) -> GenerationResult:
     """`BODY` for `tenant` through the service (it feeds recall), or through `run`."""
     ready = service.prepare(replace(parse_chat(BODY), context=Context(tenant=tenant)))
-    events: list[TokenEvent] = []
-    service.backend.reset()
-    if run is None:
-        service.run(ready, events.append, lambda: False)
-    else:
-        events = list(run(ready))
+    seq = service.backend
+    seq.reset()
+    events: list[TokenEvent] = list(drive(seq, service.steps(ready, seq, lambda: False))
+                                    if run is None else run(ready))
     result = events[-1].result
     assert result is not None
     if run is not None:  # as the service does after a run

@@ -71,6 +71,9 @@ class CostSurface:
             times = [ms for by_m in table.values() for ms in by_m.values()]
             if not times or any(not (ms > 0 and math.isfinite(ms)) for ms in times):
                 raise ValueError(f"cost surface {kind}: expected positive times, got {table}")
+        if isinstance(self.max_append, bool) or not (isinstance(self.max_append, int)
+                                                     and self.max_append >= 1):
+            raise ValueError(f"cost surface: max_append {self.max_append!r}, expected >= 1")
         if sorted(self.rows) != sorted(self.last):
             raise ValueError(f"cost surface: rows at depths {sorted(self.rows)}, "
                              f"last at {sorted(self.last)}")

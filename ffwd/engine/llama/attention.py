@@ -137,6 +137,12 @@ class AttentionTable:
     why: str
     mix: Mix = field(default_factory=Mix)
 
+    def __post_init__(self) -> None:
+        AttentionPath.parse(self.chosen)  # a ValueError naming it
+        if self.chosen not in self.paths or self.paths[self.chosen].surface is None:
+            raise ValueError(f"attention table: the chosen path {self.chosen!r} was not "
+                             f"measured (measured: {', '.join(self.paths) or 'none'})")
+
     def describe(self, window: int) -> list[str]:
         """A few lines: per path the ms of a one-id step and a 16-id forward at each
         measured depth, the mix's expected turn, its memory; then the choice."""

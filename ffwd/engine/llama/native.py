@@ -99,8 +99,12 @@ class LoadReport:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LoadReport:
+        def mib(raw: object) -> dict[str, float]:  # a TypeError or ValueError when damaged
+            return {str(k): float(v) for k, v in dict(raw).items()}  # type: ignore[call-overload]
+
         off = d.get("offloaded")
-        return cls(dict(d["weights"]), dict(d["kv"]), (int(off[0]), int(off[1])) if off else None)
+        return cls(mib(d["weights"]), mib(d["kv"]),
+                   (int(off[0]), int(off[1])) if off else None)
 
     @property
     def device(self) -> str:
