@@ -16,6 +16,7 @@ from ffwd.cli.args import (
     wants_replicas,
 )
 from ffwd.config import (
+    DEFAULT_SHUTDOWN_GRACE,
     LOG_FORMATS,
     EngineConfig,
     FillConfig,
@@ -23,6 +24,7 @@ from ffwd.config import (
     resolve_cors_origins,
     resolve_keep_alive,
     resolve_log_format,
+    resolve_shutdown_grace,
 )
 
 
@@ -31,6 +33,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", default=None, choices=LOG_FORMATS,
                    help="how the log's lines are written, one line per request among them: "
                    "text (key=value) or json (FFWD_LOG_FORMAT; default: text)")
+    p.add_argument("--shutdown-grace", default=None,
+                   help="seconds the running requests get to finish on SIGTERM or SIGINT, "
+                   "while new and waiting ones get 503; then they are cut "
+                   f"(FFWD_SHUTDOWN_GRACE; default: {DEFAULT_SHUTDOWN_GRACE})")
     add_scale_arguments(p, join=True)
 
 
@@ -43,6 +49,7 @@ def main(args: argparse.Namespace) -> int:
         log_format = resolve_log_format(args.log_format)
         origins = resolve_cors_origins(args.cors_origins)
         keep_alive = resolve_keep_alive(args.keep_alive_timeout)
+        grace = resolve_shutdown_grace(args.shutdown_grace)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
         from ffwd.models import resolve_model
 
@@ -61,16 +68,19 @@ def main(args: argparse.Namespace) -> int:
 
         return serve_replicas(replace(spec, log_format=log_format), args.ray_address)
     assert ref is not None
-    return _serve_here(args, ref.name, fill, engine, limits, origins, keep_alive)
+    return _serve_here(args, ref.name, fill, engine, limits, origins, (keep_alive, grace))
 
 
 def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: EngineConfig,
-                limits: TokenLimits, origins: tuple[str, ...], keep_alive: int) -> int:
-    import uvicorn
+                limits: TokenLimits, origins: tuple[str, ...],
+                timeouts: tuple[int, int]) -> int:
+    keep_alive, grace = timeouts
     from tqdm import tqdm
 
     from ffwd.engine.promise import loaded_promise
     from ffwd.serve.app import create_app
+    from ffwd.serve.execute import LocalExecutor
+    from ffwd.serve.server import run_server
     from ffwd.serve.service import load_service
 
     with tqdm(total=3, desc=f"loading {name}", unit="step", file=sys.stderr) as bar:
@@ -112,8 +122,9 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: E
 
     print(f"browser origins that may call it: {CorsPolicy(origins).describe()}",
           file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning",
-                timeout_keep_alive=keep_alive)
+    executor: LocalExecutor = app.state.executor
+    run_server(app, host=args.host, port=args.port, keep_alive=keep_alive, grace=grace,
+               drain=executor.drain)
     return 0
 
 

@@ -8,7 +8,7 @@ No module outside this package reads `os.environ`.
 * `fill`: FFWD_FILL and FFWD_FILL_* (process and per-request fill settings)
 * `engine`: FFWD_BACKEND, FFWD_THREADS, FFWD_KV_CACHE ... (how the model runs)
 * `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR, FFWD_LOG_FORMAT,
-  FFWD_CORS_ORIGINS, FFWD_KEEP_ALIVE
+  FFWD_CORS_ORIGINS, FFWD_KEEP_ALIVE, FFWD_SHUTDOWN_GRACE
 * `scale`: replicas and routing under Ray Serve (flags only)
 """
 
@@ -43,6 +43,7 @@ from ffwd.config.server import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PROMPT_CACHE_BYTES,
+    DEFAULT_SHUTDOWN_GRACE,
     LOG_FORMATS,
     TokenLimits,
     cache_dir,
@@ -50,6 +51,7 @@ from ffwd.config.server import (
     resolve_cors_origins,
     resolve_keep_alive,
     resolve_log_format,
+    resolve_shutdown_grace,
     resolve_token_limits,
 )
 from ffwd.values import SettingError
@@ -57,7 +59,7 @@ from ffwd.values import SettingError
 __all__ = [
     "ANY_ORIGIN", "BACKENDS", "DEFAULT_KEEP_ALIVE", "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_QUEUE",
-    "DEFAULT_PARALLEL", "DEFAULT_PROMPT_CACHE_BYTES",
+    "DEFAULT_PARALLEL", "DEFAULT_PROMPT_CACHE_BYTES", "DEFAULT_SHUTDOWN_GRACE",
     "DTYPES", "FILL_MODES", "FLASH_ATTNS", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES",
     "ROUTERS", "SERVER_DEFAULT_FILL",
     "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache", "Router",
@@ -65,6 +67,6 @@ __all__ = [
     "resolve_backend", "resolve_cors_origins", "resolve_device", "resolve_dtype",
     "resolve_engine_config",
     "resolve_fill_config", "resolve_fill_mode", "resolve_keep_alive", "resolve_log_format",
-    "resolve_scale_config",
+    "resolve_scale_config", "resolve_shutdown_grace",
     "resolve_token_limits",
 ]

@@ -7,6 +7,7 @@
     FFWD_CORS_ORIGINS        browser origins allowed besides the server's   (none)
                              own and localhost ones, comma-separated; *: any
     FFWD_KEEP_ALIVE          seconds an idle client connection is kept      120
+    FFWD_SHUTDOWN_GRACE      seconds running requests get on SIGTERM        30
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ DEFAULT_PROMPT_CACHE_BYTES = 1 << 30  # KV states of other conversations kept, L
 # reqwest 90 s, curl 118 s; docs/operating.md), so the client lets go first and never
 # sends on a connection the server is closing.
 DEFAULT_KEEP_ALIVE = 120
+# On SIGTERM or SIGINT the running requests get this long to finish, then are cut; with
+# the exit's own second or two it stays inside Kubernetes' default 30 s before SIGKILL.
+DEFAULT_SHUTDOWN_GRACE = 25
 # One request holds the only worker while it decodes: ~90 ids/s here, so the
 # limit bounds a request to under a minute unless the operator allows more.
 
@@ -69,6 +73,15 @@ def check_limits(max_queue: int, prompt_cache_bytes: int, port: int, max_body_by
     if max_body_bytes < 1024:
         raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1024")
 
+
+def resolve_shutdown_grace(flag: object = None, env: Mapping[str, str] | None = None) -> int:
+    """FFWD_SHUTDOWN_GRACE, or the --shutdown-grace `flag` (which wins): the seconds the
+    running requests get to finish when the server is stopped (0 to 86400; default
+    `DEFAULT_SHUTDOWN_GRACE`)."""
+    env = os.environ if env is None else env
+    raw = flag if flag is not None else env.get("FFWD_SHUTDOWN_GRACE", "").strip() or None
+    return DEFAULT_SHUTDOWN_GRACE if raw is None else int_in("FFWD_SHUTDOWN_GRACE", 0, 86400)(
+        raw)
 
 
 def resolve_keep_alive(flag: object = None, env: Mapping[str, str] | None = None) -> int:

@@ -69,7 +69,7 @@ class ShuttingDown(Exception):
 @dataclass(frozen=True, slots=True)
 class Drained:
     """What `Engine.drain` did: runs that finished in the grace period, runs cut after it,
-    and waiting runs refused."""
+    and runs refused (those waiting, and those that came while it drained)."""
 
     finished: int
     cut: int
@@ -163,6 +163,7 @@ class Engine:
         self._closed = False
         self._draining = False  # no more runs (`drain`)
         self._cut = False  # the grace period is over: end the runs still going
+        self._refused = 0  # runs refused since the drain began
         self._going: dict[int, _Going] = {}  # by sequence index
         self._tenants: dict[str, int] = {}  # runs going per tenant
         self._let_in: dict[str, int] = {}  # when each tenant was last let in (a count)
@@ -200,6 +201,7 @@ class Engine:
                                                 daemon=True)
                 self._thread.start()
             if self._draining:
+                self._refused += 1
                 raise ShuttingDown("the server is shutting down; retry on another or later")
             if len(self._waiting) >= self.max_queue + self.parallel - self._claimed:
                 raise QueueFull(len(self._going), len(self._waiting), self.parallel,
@@ -225,6 +227,7 @@ class Engine:
         with self._cond:
             self._draining = True
             refused, self._waiting = self._waiting, []
+            self._refused = len(refused)
             self._dropped += [(r, [ShuttingDown(
                 "the server is shutting down: this request did not start; retry it"), None])
                 for r in refused]
@@ -236,7 +239,7 @@ class Engine:
                 self._cut = True
                 self._cond.notify_all()
                 self._cond.wait_for(lambda: not self._claimed, timeout=5.0)
-        return Drained(running - cut, cut, len(refused))
+            return Drained(running - cut, cut, self._refused)
 
     def _cancel(self, run: Run) -> None:
         with self._cond:
