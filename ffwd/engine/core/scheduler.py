@@ -2,8 +2,9 @@
 
 Requests are data the loop owns. `Engine.submit(run)` puts a `Run` (its
 prompt, how it generates on a sequence, where its events go) in the waiting
-line, or raises `QueueFull` when `max_queue` runs already wait. From then on
-one thread, the only one that forwards, does everything, in iterations:
+line, or raises `QueueFull` when every sequence is taken and `max_queue` runs
+already wait. From then on one thread, the only one that forwards, does
+everything, in iterations:
 
 1. **admit**: while a sequence is free, the next waiting run starts on it
    (`next_run`: tenants take turns); `Slots` picks the sequence and makes its
@@ -23,7 +24,9 @@ one thread, the only one that forwards, does everything, in iterations:
 A client that leaves sets `Run.cancelled`: its generation stops after the next
 id (a prompt still going in is dropped at once), and a run still waiting
 leaves the line at once. A run that fails (our bug) ends with its exception
-and an emptied sequence; a failed forward fails every run in it.
+and an emptied sequence; a failed forward fails every run in it. `drain`
+stops the engine taking runs and cuts, after a grace period, those still going
+(the server's shutdown).
 """
 
 from __future__ import annotations
