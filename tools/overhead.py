@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     running = servers(args)
     results: dict[str, list[tuple[Counter[str], int, float]]] = {n: [] for n, _ in running}
     try:
-        for name, server in running:  # warm: each server's first reply is not timed
+        for _, server in running:  # warm: each server's first reply is not timed
             stream(server.url, 16, eos)
         for _ in range(args.rounds):
             for name, server in running:
