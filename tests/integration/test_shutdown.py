@@ -15,12 +15,14 @@ import httpx
 
 from tests.integration.live_server import Server
 
-GRACE = 8
+GRACE = 10
 # Long greedy replies: the end of the turn is never chosen, so each runs to max_tokens.
 LONG = {"model": "default", "messages": [{"role": "user", "content": "Count to a million."}],
         "max_tokens": 4000, "temperature": 0, "stream": True,
         "logit_bias": {"2": -100}}  # SmolLM2's <|im_end|>
-SHORT = {**LONG, "max_tokens": 12}
+# Long enough to be still running when the third request has queued behind it (seconds
+# on two cores), short enough to finish well inside the grace period.
+SHORT = {**LONG, "max_tokens": 200}
 
 
 def stream(url: str, body: dict[str, Any], out: dict[str, Any]) -> None:
@@ -44,10 +46,13 @@ def test_sigterm_drains_within_the_grace_period() -> None:
                    for body, out in runs]
         for t in threads:
             t.start()
-            time.sleep(0.2)
+            time.sleep(0.1)
+        deadline = time.monotonic() + 60
         while (health := httpx.get(server.url + "/health").json())["active"] < 2 or \
                 health["queue_depth"] < 1:  # two running, one waiting
+            assert time.monotonic() < deadline, health
             time.sleep(0.02)
+        assert "events" not in runs[0][1], "the short reply ended before the line formed"
         t0 = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
