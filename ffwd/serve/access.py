@@ -15,10 +15,12 @@ generation's traceback. A generation's result is noted on the record
     fill_share=0.3 request_id=req_5f0c...
 
 (one line; the token fields only where a generation ran, `fill_share` being
-the injected share of the completion). `configure_logging(fmt)` writes
-ffwd's log records (these lines, tracebacks, warnings) to stderr, one per
-line: ``text`` (a request line as the key=value pairs above) or ``json`` (one
-object per line, a request line's fields at its top level).
+the injected share of the completion; where the server lowered the request's
+output limit, ``max_tokens_asked=32000 max_tokens=4096 capped_by=max_tokens_limit``
+follow, as the reply's usage says it). `configure_logging(fmt)` writes ffwd's
+log records (these lines, tracebacks, warnings) to stderr, one per line:
+``text`` (a request line as the key=value pairs above) or ``json`` (one object
+per line, a request line's fields at its top level).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Access:
             out |= {"prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens,
                     "completion_tokens": res.completion_tokens, "injected_tokens": injected,
                     "fill_share": round(injected / max(1, res.completion_tokens), 3)}
+            out |= res.cap.as_dict() if res.cap is not None else {}
         return out | {"request_id": self.request_id}
 
     def write(self) -> None:
