@@ -14,7 +14,9 @@ local ``ffwd serve`` (issue 41).
    and nothing else from this environment. The one change to README's text is the
    server's port.
 4. Each agent's output, exit status and seconds are printed, then the server's request
-   lines of its turn. Exit status 0, whatever the agents did: it reports.
+   lines of its turn. The next agent starts once the server has nothing running (an
+   agent that gave up on a request may leave its run going). Exit status 0, whatever
+   the agents did: it reports.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("@anthropic-ai/claude-code", "opencode-ai", "@openai/codex", "@continuedev/cli")
@@ -123,6 +127,18 @@ def access_lines(log: Path, skip: int) -> tuple[list[str], int]:
     return [ln for ln in lines[skip:] if "ffwd.access:" in ln], len(lines)
 
 
+def settle(url: str, timeout: float) -> float:
+    """Wait until the server at `url` runs and queues nothing (at most `timeout` s); the
+    seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        health = httpx.get(url + "/health", timeout=10).json()
+        if not health["active"] and not health["queue_depth"]:
+            break
+        time.sleep(2)
+    return time.monotonic() - started
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="", help="comma-separated agent names (default: all)")
@@ -139,14 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     log = args.scratch / "serve.log"
     command = [sys.executable, "-m", "ffwd.cli", "serve", "--model", "default",
                "--host", "127.0.0.1", "--port", str(port)]
-    with ChildServer("ffwd serve", command, port, log=log, startup_seconds=900):
+    with ChildServer("ffwd serve", command, port, log=log, startup_seconds=900) as server:
         for agent in agents:
             _, seen = access_lines(log, 0)
             status, seconds, out = run_agent(agent, port, args.scratch, bin_dir, args.timeout)
             said = "timed out" if status is None else f"exit {status}"
             print(f"\n===== {agent.name}: {said} after {seconds:.0f} s =====\n{out.rstrip()}")
+            waited = settle(server.url, args.timeout)
             lines, _ = access_lines(log, seen)
-            print(f"----- the server's request lines ({len(lines)}):")
+            print(f"----- the server's request lines ({len(lines)}; its runs ended "
+                  f"{waited:.0f} s after the agent did):")
             print("\n".join(ln.split("ffwd.access: ", 1)[1] for ln in lines), flush=True)
     return 0
 
