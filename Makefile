@@ -32,7 +32,7 @@ LLAMA_BUILD := $(BIN)/python tools/llama_build.py --spec $(LLAMA_CPP_PYTHON) --c
 # Other flags (LLAMA=cuda after a CPU install, say) make the install run again.
 FLAGS_STAMP := $(VENV)/.flags-$(shell echo "$(LLAMA_CMAKE_ARGS)" | cksum | cut -d' ' -f1)
 
-.PHONY: install peers test lint serve clean llama-flags
+.PHONY: install peers test lint serve agents clean llama-flags
 
 install: $(STAMP)
 
@@ -67,6 +67,12 @@ test: lint peers
 
 serve: install
 	$(BIN)/ffwd serve --model default --host 127.0.0.1 --port 8000
+
+# Claude Code, opencode, Codex and Continue from npm (into .agents/), each set up as
+# README says and run for one headless turn against a local ffwd serve; prints what
+# each printed (opt-in, not part of `make test`: minutes per agent on two cores).
+agents: install
+	$(BIN)/python -m tools.agents
 
 # The CMake arguments llama.cpp is built with here (`make llama-flags LLAMA=cuda`).
 llama-flags:

@@ -70,8 +70,12 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
                    help="output tokens of a request that names no max_tokens "
                    f"(FFWD_DEFAULT_MAX_TOKENS; default: {limits.default})")
     p.add_argument("--max-tokens-limit", default=None,
-                   help="the most output tokens a request may ask for; more is a 400 "
+                   help="the most output tokens one request generates; a request asking for "
+                   "more is capped to it, its usage saying so "
                    f"(FFWD_MAX_TOKENS_LIMIT; default: {limits.limit})")
+    p.add_argument("--strict-max-tokens", action="store_const", const=True, default=None,
+                   help="refuse a request asking for more than --max-tokens-limit (a 400) "
+                   "instead of capping it (FFWD_STRICT_MAX_TOKENS)")
     _engine_arguments(p)
     _fill_arguments(p)
 
@@ -168,7 +172,8 @@ def add_scale_arguments(p: argparse.ArgumentParser, *, join: bool) -> None:
 def resolve_limits(args: argparse.Namespace) -> TokenLimits:
     """The output limits per request the flags (and the environment) give."""
     return resolve_token_limits(overrides={
-        "default": args.default_max_tokens, "limit": args.max_tokens_limit})
+        "default": args.default_max_tokens, "limit": args.max_tokens_limit,
+        "strict": args.strict_max_tokens})
 
 
 def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig]:

@@ -4,7 +4,9 @@ The prompt goes through the chat template as a user turn unless ``--raw``:
 the same template and rendering as the server (`templates.render.encode_prompt`),
 so both count the same prompt tokens. With ``--fill strict|echo`` the decode
 loop runs a fill session (no tools here, so strict has no rows to fire; echo
-copies from the context).
+copies from the context). ``--trace FILE`` writes the session's trace there:
+without ``--fill`` (or FFWD_FILL) it runs the server's default fill (echo),
+since plain decoding has nothing to trace; with ``--fill off`` it is an error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ import json
 import sys
 from dataclasses import asdict
 
-from ffwd.config import FILL_MODES, resolve_engine_config, resolve_fill_config
+from ffwd.config import (
+    FILL_MODES,
+    SERVER_DEFAULT_FILL,
+    resolve_engine_config,
+    resolve_fill_config,
+)
 from ffwd.templates.render import encode_prompt
 
 
@@ -46,7 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="template choice as in `ffwd serve` (default: detected)")
     parser.add_argument("--fill", default=None, choices=FILL_MODES, help="FFWD_FILL")
     parser.add_argument("--max-span", default=None, help="FFWD_FILL_MAX_SPAN")
-    parser.add_argument("--trace", default=None, help="FFWD_FILL_TRACE: 1 or a .jsonl path")
+    parser.add_argument("--trace", default=None,
+                        help="FFWD_FILL_TRACE: 1 (checks only) or a .jsonl file to write the "
+                        f"fill trace to (fill then defaults to {SERVER_DEFAULT_FILL})")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -64,8 +73,12 @@ def main(args: argparse.Namespace) -> int:
             "parallel": 1,  # one generation: one sequence
         })
         fill = resolve_fill_config(
-            overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace}
+            overrides={"fill": args.fill, "max_span": args.max_span, "trace": args.trace},
+            default_mode=SERVER_DEFAULT_FILL if args.trace is not None else "off",
         )
+        if fill.trace_path and fill.mode == "off":
+            raise ValueError(f"the trace {fill.trace_path} (--trace, FFWD_FILL_TRACE) records "
+                             "what fill proposed, and fill is off (--fill echo or strict)")
         params = SamplingParams(
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
         )

@@ -1,13 +1,16 @@
 """The server's limits (ffwd serve, and every replica under ffwd.deploy) and the cache folder.
 
     FFWD_DEFAULT_MAX_TOKENS  output ids when a request names no limit     1024
-    FFWD_MAX_TOKENS_LIMIT    the most output ids a request may ask for     4096
+    FFWD_MAX_TOKENS_LIMIT    the most output ids one request generates;    4096
+                             a request asking for more is capped to it
+    FFWD_STRICT_MAX_TOKENS   1: a request asking for more than the limit    0
+                             is a 400 instead
     FFWD_CACHE_DIR           converted models, tokenizers, cost curves     ~/.cache/ffwd
     FFWD_LOG_FORMAT          the server's log lines: text or json          text
     FFWD_CORS_ORIGINS        browser origins allowed besides the server's   (none)
                              own and localhost ones, comma-separated; *: any
     FFWD_KEEP_ALIVE          seconds an idle client connection is kept      120
-    FFWD_SHUTDOWN_GRACE      seconds running requests get on SIGTERM        30
+    FFWD_SHUTDOWN_GRACE      seconds running requests get on SIGTERM        25
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from ffwd.values import Parser, SettingError, choice, int_in, parse_settings
+from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settings
 
 DEFAULT_MAX_QUEUE = 16  # requests allowed to wait for the model; more get 429
 DEFAULT_MAX_BODY_BYTES = 4 << 20  # larger request bodies get 413
@@ -30,27 +34,71 @@ DEFAULT_KEEP_ALIVE = 120
 # On SIGTERM or SIGINT the running requests get this long to finish, then are cut; with
 # the exit's own second or two it stays inside Kubernetes' default 30 s before SIGKILL.
 DEFAULT_SHUTDOWN_GRACE = 25
-# One request holds the only worker while it decodes: ~90 ids/s here, so the
-# limit bounds a request to under a minute unless the operator allows more.
+
+CappedBy = Literal["max_tokens_limit", "context_window"]
 
 
 @dataclass(frozen=True, slots=True)
+class OutputCap:
+    """A request's output limit lowered by the server: it asked for `asked` ids and may
+    generate `max_tokens`, lowered by `by` (``--max-tokens-limit``, or the room the
+    context window leaves after the prompt)."""
+
+    asked: int
+    max_tokens: int
+    by: CappedBy
+
+    def as_dict(self) -> dict[str, object]:
+        return {"max_tokens_asked": self.asked, "max_tokens": self.max_tokens,
+                "capped_by": self.by}
+
+
+# One request holds its sequence while it decodes: ~90 ids/s here, so the limit
+# bounds a request to under a minute unless the operator allows more.
+@dataclass(frozen=True, slots=True)
 class TokenLimits:
     """How many ids one request may generate: `default` when it names no limit, and at
-    most `limit` (a request over it is a 400 that names it)."""
+    most `limit`; a request asking for more is capped (`bound`), or under `strict` a 400
+    that names it (`refuses`)."""
 
     default: int = 1024
     limit: int = 4096
+    strict: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.default <= self.limit:
             raise ValueError(f"--default-max-tokens {self.default}: expected an integer from "
                              f"1 to --max-tokens-limit ({self.limit})")
 
+    def refuses(self, asked: int | None) -> bool:
+        """Whether a request asking for `asked` output ids is refused (only under
+        `strict`, over the limit)."""
+        return self.strict and asked is not None and asked > self.limit
+
+    def bound(self, asked: int | None, room: int) -> tuple[int, OutputCap | None]:
+        """The output ids a request asking for `asked` (None: the default) may generate,
+        when the context leaves `room` after its prompt; and the cap, when that is fewer
+        than it asked for (the run then ends with ``length`` at the bound).
+
+        >>> TokenLimits().bound(32000, room=8000)
+        (4096, OutputCap(asked=32000, max_tokens=4096, by='max_tokens_limit'))
+        >>> TokenLimits().bound(32000, room=1200)
+        (1200, OutputCap(asked=32000, max_tokens=1200, by='context_window'))
+        >>> TokenLimits().bound(None, room=500), TokenLimits().bound(64, room=500)
+        ((500, None), (64, None))
+        """
+        wanted = self.default if asked is None else asked
+        bound = min(wanted, self.limit, room)
+        if asked is None or bound >= asked:
+            return bound, None
+        return bound, OutputCap(asked, bound, "max_tokens_limit" if self.limit <= room
+                                else "context_window")
+
 
 _TOKEN_LIMITS: dict[str, tuple[str, Parser]] = {
     "default": ("FFWD_DEFAULT_MAX_TOKENS", int_in("FFWD_DEFAULT_MAX_TOKENS", 1, 1 << 24)),
     "limit": ("FFWD_MAX_TOKENS_LIMIT", int_in("FFWD_MAX_TOKENS_LIMIT", 1, 1 << 24)),
+    "strict": ("FFWD_STRICT_MAX_TOKENS", flag("FFWD_STRICT_MAX_TOKENS")),
 }
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ffwd.config import OutputCap
 from ffwd.fill import FillStats, ProposalOrigin
 from ffwd.templates.formats.base import Delta, ToolCall
 
@@ -58,7 +59,8 @@ class GenerationResult:
     `content` and `calls` are the join of the deltas the events carried, the
     last one's included, so they are exactly what a streaming client
     assembled. `stop_sequence` is the stop string that ended the text, if one
-    did.
+    did. `cap` says that the server lowered the request's output limit (set by
+    the server once the run has ended: the engine knows only the bound).
     """
 
     text: str
@@ -78,6 +80,7 @@ class GenerationResult:
     fill: str = "off"  # the fill mode that ran
     grammar: bool = False  # whether a grammar constrained the output
     replica: str | None = None  # the replica that ran it (scale-out)
+    cap: OutputCap | None = None  # the request's max_tokens, lowered by the server
 
     @property
     def completion_tokens(self) -> int:

@@ -15,7 +15,9 @@ generation's traceback. A generation's result is noted on the record
     fill_share=0.3 request_id=req_5f0c...
 
 (one line; the token fields only where a generation ran, `fill_share` being
-the injected share of the completion). A flood of client errors does not
+the injected share of the completion; where the server lowered the request's
+output limit, ``max_tokens_asked=32000 max_tokens=4096 capped_by=max_tokens_limit``
+follow, as the reply's usage says it). A flood of client errors does not
 flood the log: `AccessLog` writes the first `FLOOD_BURST` 4xx lines of one
 client, method, path and status within `FLOOD_INTERVAL` seconds, counts the
 rest, and when the interval ends writes one line with their count (a client
@@ -91,6 +93,7 @@ class Access:
             out |= {"prompt_tokens": res.prompt_tokens, "cached_tokens": res.cached_tokens,
                     "completion_tokens": res.completion_tokens, "injected_tokens": injected,
                     "fill_share": round(injected / max(1, res.completion_tokens), 3)}
+            out |= res.cap.as_dict() if res.cap is not None else {}
         return out | {"request_id": self.request_id}
 
     def write(self) -> None:

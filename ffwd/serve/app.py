@@ -106,7 +106,8 @@ def create_app(
                           "/v1/messages/count_tokens": CountTokensRequest},
                     [executor.model_id, "default"],
                     max_tokens=executor.model_info().get("max_tokens_limit"),
-                    vocab_size=executor.model_info().get("vocab_size"))
+                    vocab_size=executor.model_info().get("vocab_size"),
+                    strict_max_tokens=bool(executor.model_info().get("strict_max_tokens")))
     app.add_middleware(Guard, metrics=metrics, api_key=api_key,
                        cors=CorsPolicy(cors_origins), keep_alive=keep_alive,
                        access_log=access_log)

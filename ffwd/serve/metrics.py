@@ -9,6 +9,9 @@ Scheduling (``--parallel N``): `ffwd_active_sequences` is the requests decoding
 now, `ffwd_queue_depth` those waiting for a sequence, `ffwd_queue_wait_seconds`
 how long each waited, and `ffwd_batch_sequences` (read live from the model, like
 the forward count) how many sequences each model forward carried.
+
+`ffwd_max_tokens_capped_total` counts the generations whose ``max_tokens`` the
+server lowered, by what lowered it (``max_tokens_limit`` or ``context_window``).
 """
 
 from __future__ import annotations
@@ -121,6 +124,10 @@ class Metrics:
         )
         self.active_sequences = Gauge(
             "ffwd_active_sequences", "Requests decoding now (at most --parallel)", registry=r)
+        self.capped = Counter(
+            "ffwd_max_tokens_capped", "Generations that asked for more output ids than the "
+            "server gives one request, capped, by what capped them", ["by"], registry=r,
+        )
         self.generation_errors = Counter(
             "ffwd_generation_errors", "Generations that failed with a server error (a 5xx, or "
             "an SSE error event; the traceback is in the server log)", ["endpoint"], registry=r,
@@ -159,6 +166,8 @@ class Metrics:
                 self.injected_tokens.labels(origin=origin).inc()
         self.verify_tokens.labels(result="accepted").inc(res.stats.verify_accepted)
         self.verify_tokens.labels(result="rejected").inc(res.stats.verify_rejected)
+        if res.cap is not None:
+            self.capped.labels(by=res.cap.by).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

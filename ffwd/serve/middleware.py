@@ -1,5 +1,5 @@
 """The outermost layer of the app: request id and log line, browser origins (CORS),
-API-key check, request counting, last-resort 500.
+API-key check, HEAD, request counting, last-resort 500.
 
 A plain ASGI middleware (not Starlette's `BaseHTTPMiddleware`, which hides a
 client's disconnect from the handlers). It opens every request's `Access`
@@ -14,10 +14,12 @@ allow, a 403 without CORS headers; from one it allows, a preflight is
 answered 204 here, and every reply (errors included, so that the page can read
 them) carries the CORS headers. The key comes as ``Authorization:
 Bearer KEY`` (OpenAI's clients) or ``x-api-key: KEY`` (Anthropic's); errors
-have the shape of the API the path belongs to (`errors.error_body`). Given the
-server's keep-alive (`keep_alive`, seconds), every response on a connection that
-stays open says how long it will (`keep_alive_header`), so that a client can let
-an idle connection go before the server closes it.
+have the shape of the API the path belongs to (`errors.error_body`). A HEAD
+request is answered as its GET without the body (RFC 9110), so an agent's
+``HEAD /`` probe gets the page's 200. Given the server's keep-alive (`keep_alive`,
+seconds), every response on a connection that stays open says how long it will
+(`keep_alive_header`), so that a client can let an idle connection go before the
+server closes it.
 
 `tenant` is the one place that decides whom a request belongs to: the API key
 it presents, hashed, whether or not the server checks keys (with none, a
@@ -142,6 +144,8 @@ class Guard:
                            code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
             await send_error(send, err, path)
             return
+        if scope["method"] == "HEAD":
+            scope, send = head_as_get(scope, send)
         try:
             await self.app(scope, receive, send)
         except Exception as exc:
@@ -180,6 +184,18 @@ def keep_alive_header(scope: Scope, response: Iterable[tuple[bytes, bytes]],
                 token.strip() for token in value.lower().split(b",")]:
             return []
     return [(b"keep-alive", f"timeout={seconds}".encode())]
+
+
+def head_as_get(scope: Scope, send: Send) -> tuple[Scope, Send]:
+    """A HEAD request as the GET it asks about, the answer's body dropped (its headers,
+    Content-Length included, are the GET's): the routes are declared for GET."""
+
+    async def headers_only(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            message = {**message, "body": b""}
+        await send(message)
+
+    return {**scope, "method": "GET"}, headers_only
 
 
 def cross_origin(scope: Scope) -> str | None:

@@ -4,7 +4,8 @@ Handlers read their bodies themselves (`body.read_json`: size, depth and
 Unicode checks come before validation), and write theirs as plain dicts, so
 FastAPI sees neither; `install_openapi` declares them. Requests: the dialects'
 own models (`protocol`, `dialects.*_models`), ``model`` one of the served
-names, every output limit at most the server's ``--max-tokens-limit``.
+names, every output limit described by the server's ``--max-tokens-limit``
+(capped above it; its maximum under ``--strict-max-tokens``).
 Responses: each 200 as JSON (`openapi_openai`, `openapi_agents`) and, for
 the generation routes, as server-sent events, one schema per event whose
 ``data`` is JSON of the declared shape (``contentSchema``, which API fuzzers
@@ -102,10 +103,12 @@ CORS_NOTE = ("Browser pages may call this API from the server's own origin, loca
 
 
 def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: list[str],
-                    max_tokens: int | None = None, vocab_size: int | None = None) -> None:
+                    max_tokens: int | None = None, vocab_size: int | None = None,
+                    strict_max_tokens: bool = False) -> None:
     """Make `app.openapi()` declare `bodies` (path -> request model) as JSON request bodies,
     whose ``model`` is one of `models` (the served id and its aliases), whose output
-    limit is at most `max_tokens` (the server's; None: not stated) and whose token ids
+    limit is capped at `max_tokens` (the server's; None: not stated; its maximum
+    under `strict_max_tokens`) and whose token ids
     (a tokenized ``prompt``) are below `vocab_size`, and every response body (see the
     module docstring)."""
 
@@ -115,7 +118,8 @@ def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: li
                               description=CORS_NOTE)
             refs = _components(doc, bodies)
             for path, model in bodies.items():
-                _request_body(doc, path, refs[model], models, max_tokens, vocab_size)
+                _request_body(doc, path, refs[model], models, max_tokens, vocab_size,
+                              strict_max_tokens)
             for (path, method), (whole, event) in BODIES.items():
                 op = doc["paths"].get(path, {}).get(method)
                 if op is not None:
@@ -149,21 +153,27 @@ def _components(doc: dict[str, Any], bodies: dict[str, type[BaseModel]]) -> dict
 
 
 def _request_body(doc: dict[str, Any], path: str, ref: dict[str, Any], models: list[str],
-                  max_tokens: int | None, vocab_size: int | None) -> None:
+                  max_tokens: int | None, vocab_size: int | None, strict: bool) -> None:
     schema = _resolve(doc, ref)
     props = schema["properties"]
     props["model"]["enum"] = models
     for name in TOKEN_LIMITED:
         if name in props and max_tokens is not None:
-            _cap(props[name], max_tokens)
+            _cap(props[name], max_tokens, strict)
     if "prompt" in props and vocab_size is not None:
         _cap_ids(props["prompt"], vocab_size - 1)
     doc["paths"][path]["post"]["requestBody"] = {
         "required": True, "content": {"application/json": {"schema": ref}}}
 
 
-def _cap(schema: dict[str, Any], limit: int) -> None:
-    """Put `limit` on the integer (branch) of `schema`."""
+def _cap(schema: dict[str, Any], limit: int, strict: bool) -> None:
+    """Say what the server does above `limit`: caps the output there, or (`strict`)
+    refuses it, `limit` then the integer (branch) of `schema`'s maximum."""
+    if not strict:
+        schema["description"] = (
+            f"Above {limit} (this server's --max-tokens-limit) the output is capped at "
+            f"{limit}, and the reply's usage says so in its ffwd object")
+        return
     for branch in schema.get("anyOf", [schema]):
         if branch.get("type") == "integer":
             branch["maximum"] = limit

@@ -10,7 +10,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ffwd.serve.openapi_openai import AnthropicErrorDetail, Count, FfwdBlock, TokenLogprob
+from ffwd.serve.openapi_openai import (
+    AnthropicErrorDetail,
+    Count,
+    FfwdBlock,
+    TokenLogprob,
+    UsageCap,
+)
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"]
@@ -58,6 +64,7 @@ class ResponseUsage(BaseModel):
     output_tokens: Count
     output_tokens_details: OutputTokensDetails
     total_tokens: Count
+    ffwd: UsageCap | None = None  # only where the server capped max_output_tokens
 
 
 class ResponseError(BaseModel):
@@ -196,6 +203,7 @@ class MessageUsage(BaseModel):
     cache_creation_input_tokens: Count
     cache_read_input_tokens: Count
     output_tokens: Count
+    ffwd: UsageCap | None = None  # only where the server capped max_tokens
 
 
 class MessageResponse(BaseModel):

@@ -80,6 +80,15 @@ class FfwdTokens(BaseModel):
     tokens: list[TokenEntry]
 
 
+class UsageCap(BaseModel):
+    """A usage's ``ffwd``: the server lowered the request's output limit (and the run
+    ended with a length finish if it reached it)."""
+
+    max_tokens_asked: Count
+    max_tokens: Count
+    capped_by: Literal["max_tokens_limit", "context_window"]
+
+
 class PromptTokensDetails(BaseModel):
     cached_tokens: Count
 
@@ -89,6 +98,7 @@ class Usage(BaseModel):
     completion_tokens: Count
     total_tokens: Count
     prompt_tokens_details: PromptTokensDetails
+    ffwd: UsageCap | None = None  # only where the server capped max_tokens
 
 
 class TopLogprob(BaseModel):

@@ -25,6 +25,7 @@ from ffwd.config import (
     DEFAULT_PROMPT_CACHE_BYTES,
     EngineConfig,
     FillConfig,
+    OutputCap,
     SettingError,
     TokenLimits,
 )
@@ -52,11 +53,13 @@ COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
 
 @dataclass(frozen=True)
 class Ready:
-    """A request made ready on this model: the engine's generation, and the tenant whose
-    earlier outputs it may copy and whose index its own output joins."""
+    """A request made ready on this model: the engine's generation, the tenant whose
+    earlier outputs it may copy and whose index its own output joins, and the cap the
+    server put on its output limit, if it lowered it (reported with the result)."""
 
     prepared: Prepared
     tenant: str = ""
+    cap: OutputCap | None = None
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -114,7 +117,8 @@ class ModelService:
         return {"context_window": self.context_window, "tool_format": self.format_name,
                 "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar,
                 "deterministic": loaded_promise(self.backend)[0],
-                "max_tokens_limit": self.limits.limit, "vocab_size": self.backend.vocab_size}
+                "max_tokens_limit": self.limits.limit, "strict_max_tokens": self.limits.strict,
+                "vocab_size": self.backend.vocab_size}
 
     # --- preparing (thread pool) ------------------------------------------
     def prepare(self, req: GenerationRequest) -> Ready:
@@ -133,8 +137,9 @@ class ModelService:
         calls = ToolCalls(
             self.format, shown, compiled.rules if compiled is not None else {},
             max_calls=None if req.parallel_tool_calls else 1) if shown else None
+        max_tokens, cap = self._max_tokens(req, len(ids))
         prepared = Prepared(
-            ids, params=self._params(req), max_tokens=self._max_tokens(req, len(ids)),
+            ids, params=self._params(req), max_tokens=max_tokens,
             stop=req.stop, fill=fill,
             plan=compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids),
             calls=calls, grammar=self._grammar(req, shown if fill.grammar else [], choice),
@@ -142,7 +147,7 @@ class ModelService:
             copies=(self.recall.source(req.context.tenant),) if fill.recall else (),
             acceptance=self.acceptance,
         )
-        return Ready(prepared, req.context.tenant)
+        return Ready(prepared, req.context.tenant, cap)
 
     def count_tokens(self, req: GenerationRequest) -> int:
         return len(self._encode(req, self._shown_tools(req)))
@@ -231,18 +236,20 @@ class ModelService:
             )
         return ids
 
-    def _max_tokens(self, req: GenerationRequest, prompt_len: int) -> int:
-        """The request's output limit (the server's default when it names none), at most
-        what the context has room for; over the server's limit it is a 400."""
+    def _max_tokens(self, req: GenerationRequest,
+                    prompt_len: int) -> tuple[int, OutputCap | None]:
+        """The request's output limit and its cap (`TokenLimits.bound`); over the server's
+        limit under --strict-max-tokens it is a 400."""
         limit = self.limits.limit
-        if req.max_tokens is not None and req.max_tokens > limit:
+        if self.limits.refuses(req.max_tokens):
             param = req.param("max_tokens")
             raise bad_request(
                 f"{param}={req.max_tokens} is more than this server allows: at most {limit} "
-                "tokens per request (the operator sets it with --max-tokens-limit)",
+                "tokens per request (the operator sets it with --max-tokens-limit, and "
+                "refuses more with --strict-max-tokens)",
                 param=param, code="max_tokens_too_large",
             )
-        return min(req.max_tokens or self.limits.default, self.context_window - prompt_len)
+        return self.limits.bound(req.max_tokens, self.context_window - prompt_len)
 
     def _params(self, req: GenerationRequest) -> SamplingParams:
         vocab = self.backend.vocab_size
@@ -263,10 +270,11 @@ class ModelService:
         output) joins the tenant's earlier ones (`ffwd.fill.recall`)."""
         prep = ready.prepared
 
-        def remember(result: GenerationResult) -> None:
+        def finish(result: GenerationResult) -> None:  # before the client has it
+            result.cap = ready.cap
             self.recall.add(ready.tenant, [*prep.prompt_ids, *result.token_ids])
 
-        return stream_steps(seq, self.tokenizer, prep, cancelled=cancelled, done=remember)
+        return stream_steps(seq, self.tokenizer, prep, cancelled=cancelled, done=finish)
 
 
 def load_service(

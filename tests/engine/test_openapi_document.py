@@ -63,17 +63,34 @@ def test_a_responses_request_needs_input_or_a_previous_response(
 @pytest.mark.parametrize("path", LIMITED)
 def test_the_output_limit_is_the_servers(path: str, doc: dict[str, Any],
                                          client: TestClient) -> None:
+    # Above the limit a request is capped (valid, and answered), as the document says.
     body, field = LIMITED[path]
-    request = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
-    component = request["schema"]["$ref"].rsplit("/", 1)[-1]
-    assert valid(doc, component, {**body, field: LIMIT})
-    # The limit reaches the document through the executor's model_info().
-    assert not valid(doc, component, {**body, field: LIMIT + 1}), (
-        f"the document lets {field} exceed the server's limit {LIMIT}: "
-        "does model_info() report max_tokens_limit?")
-    assert client.post(path, json={**body, field: LIMIT}).status_code == 200
+    component = request_component(doc, path)
+    assert valid(doc, component, {**body, field: LIMIT + 1})
+    assert f"capped at {LIMIT}" in doc["components"]["schemas"][component]["properties"][
+        field]["description"], "does model_info() report max_tokens_limit?"
     reply = client.post(path, json={**body, field: LIMIT + 1})
-    assert reply.status_code == 400 and reply.json()["error"]["param"] == field
+    assert reply.status_code == 200 and reply.json()["usage"]["ffwd"]["max_tokens"] == LIMIT
+
+
+@pytest.mark.parametrize("path", LIMITED)
+def test_a_strict_limit_is_the_documents_maximum(path: str) -> None:
+    limits = TokenLimits(default=4, limit=LIMIT, strict=True)
+    with TestClient(create_app(tiny_service(limits=limits))) as strict:
+        doc = strict.get("/openapi.json").json()
+        body, field = LIMITED[path]
+        component = request_component(doc, path)
+        assert valid(doc, component, {**body, field: LIMIT})
+        assert not valid(doc, component, {**body, field: LIMIT + 1}), (
+            f"the document lets {field} exceed the server's strict limit {LIMIT}")
+        assert strict.post(path, json={**body, field: LIMIT}).status_code == 200
+        reply = strict.post(path, json={**body, field: LIMIT + 1})
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == field
+
+
+def request_component(doc: dict[str, Any], path: str) -> str:
+    request = doc["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    return str(request["schema"]["$ref"].rsplit("/", 1)[-1])
 
 
 def test_every_200_has_a_typed_body_and_every_response_the_request_id(

@@ -188,7 +188,7 @@ def test_messages_tool_result_round_trip_and_count_tokens(claude: anthropic.Anth
 
 def test_messages_errors_reach_the_sdk_as_its_exceptions(claude: anthropic.Anthropic) -> None:
     with pytest.raises(anthropic.BadRequestError) as exc:
-        claude.messages.create(model="default", max_tokens=20_000,
+        claude.messages.create(model="default", max_tokens=0,
                                messages=[{"role": "user", "content": "hi"}])
     assert exc.value.body["error"]["param"] == "max_tokens"  # type: ignore[index]
     with pytest.raises(anthropic.NotFoundError):

@@ -19,7 +19,7 @@ from ffwd.engine.core.decode import fixed_policy
 from ffwd.engine.core.generate import generate
 from ffwd.engine.llama.context import LlamaContext
 from ffwd.engine.sample.text import ToolCalls
-from ffwd.fill import FillPlan
+from ffwd.fill import FillPlan, read_trace
 from ffwd.models import check_vocab, load_backend, load_tokenizer
 from ffwd.templates.render import encode_prompt, render_chat, resolve_template
 from ffwd.templates.rows import compile_tools, default_eos_ids
@@ -135,6 +135,20 @@ def test_ffwd_generate_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert key in out
     assert out["finish_reason"] in ("stop", "length") and out["token_ids"]
     assert out["stats"]["decode_steps"] >= 1
+
+
+def test_ffwd_generate_writes_its_trace(tmp_path: Any,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    # --trace FILE writes the fill trace (fill defaults to the server's echo: plain
+    # decoding proposes nothing to trace); with --fill off it is a clear error, no file.
+    path = tmp_path / "t.jsonl"
+    rc = ffwd_main(["generate", "--prompt", QUOTE, "--max-tokens", "40", "--trace", str(path)])
+    assert rc == 0 and path.exists()
+    records = read_trace(path)
+    assert records and all(r["origin"] == "echo" and r["proposed"] for r in records)
+    off = tmp_path / "off.jsonl"
+    rc = ffwd_main(["generate", "--prompt", QUOTE, "--fill", "off", "--trace", str(off)])
+    assert rc == 2 and "fill is off" in capsys.readouterr().err and not off.exists()
 
 
 @pytest.mark.parametrize(

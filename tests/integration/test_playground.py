@@ -80,7 +80,11 @@ def test_the_page_loads_without_console_errors(tab: Tab) -> None:
     page.wait_for_selector("#model:has-text('serving')")
     assert "SmolLM2-135M-Instruct" in page.inner_text("#model")
     legend = page.locator("#legend li").all_inner_texts()
-    assert [x.split()[0] for x in legend] == ["sampled", "template", "schema", "grammar", "echo"]
+    assert [x.split()[0] for x in legend] == [
+        "sampled", "template", "schema", "grammar", "echo", "recall"]
+    swatches = page.locator("#legend .swatch").evaluate_all(
+        "s => s.map(x => getComputedStyle(x).backgroundColor)")
+    assert len(set(swatches)) == len(swatches), swatches  # each origin its own colour
     page.wait_for_selector("#totals:not(:empty)")
     assert "Live server metrics" in str(page.get_attribute("#plot", "aria-label"))
     page.set_viewport_size({"width": 390, "height": 844})  # a phone: nothing runs off the side

@@ -182,6 +182,27 @@ def test_auth() -> None:
         assert c.get("/metrics").status_code == 401
 
 
+def test_head_is_the_get_without_its_body() -> None:
+    # Agents probe the server with HEAD / (Claude Code on every start): the page's 200, as
+    # every GET route answers HEAD; without a key only where the GET needs none.
+    with TestClient(create_app(Scripted(), api_key="s3cret")) as c:
+        key = {"Authorization": "Bearer s3cret"}
+        for path, headers in (("/", {}), ("/playground", {}), ("/health", {}),
+                              ("/v1/models", key), ("/v1/models/default", key),
+                              ("/metrics", key), ("/openapi.json", key)):
+            got, head = c.get(path, headers=headers), c.head(path, headers=headers)
+            assert head.status_code == got.status_code == 200, (path, head.text)
+            assert head.content == b"" and got.content
+            assert head.headers["content-type"] == got.headers["content-type"], path
+            if path != "/metrics":  # its counts move between the two requests
+                assert head.headers["content-length"] == got.headers["content-length"], path
+        assert c.head("/v1/models").status_code == 401
+        assert c.head("/v1/chat/completions", headers=key).status_code == 405  # POST only
+        assert c.head("/v1/nope", headers=key).status_code == 404
+        lines = c.get("/metrics", headers=key).text
+        assert 'ffwd_requests_total{endpoint="/",status="200"} 2.0' in lines
+
+
 def test_queue_full_is_429_and_server_recovers() -> None:
     gate = threading.Event()
     svc = Scripted(gate)

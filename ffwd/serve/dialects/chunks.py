@@ -26,6 +26,7 @@ from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.engine.sample.sampling import SamplingParams
+from ffwd.serve.dialects.common import capped
 from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.errors import APIError
 from ffwd.serve.protocol import ChatCompletionRequest
@@ -160,7 +161,7 @@ def usage(res: GenerationResult) -> dict[str, Any]:
         "completion_tokens": res.completion_tokens,
         "total_tokens": res.prompt_tokens + res.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": res.cached_tokens},
-    }
+    } | capped(res)
 
 
 def token_logprob(t: TokenEvent) -> dict[str, Any]:

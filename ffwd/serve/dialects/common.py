@@ -1,5 +1,5 @@
 """What the dialects share: ids, strict models, stop strings, tool choices checked
-against the tools, volatile prompt blocks."""
+against the tools, volatile prompt blocks, the output cap in a usage."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from ffwd.engine.events import GenerationResult
 from ffwd.serve.errors import APIError, bad_request
 from ffwd.serve.protocol import MAX_STOP_CHARS, MAX_TOOLS, NON_TEXT_PARTS
 
@@ -40,6 +41,13 @@ def strip_volatile(text: str) -> str:
     'You are...'
     """
     return VOLATILE_LINE.sub("", text)
+
+
+def capped(res: GenerationResult | None) -> dict[str, Any]:
+    """What a usage adds when the server lowered the request's output limit (no API has
+    a field of its own for it): ``{"ffwd": {"max_tokens_asked", "max_tokens",
+    "capped_by"}}``; else nothing."""
+    return {"ffwd": res.cap.as_dict()} if res is not None and res.cap is not None else {}
 
 
 def check_stops(value: object, limit: int) -> object:

@@ -28,6 +28,7 @@ from ffwd.engine.events import GenerationResult, PromptRead, TokenEvent
 from ffwd.engine.sample.sampling import SamplingParams
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
+    capped,
     check_choice,
     function_tool,
     new_id,
@@ -194,7 +195,8 @@ class MessagesWriter:
             "content": [self._block(s) for s in self.segments.segments] if res else [],
             "stop_reason": stop_reason(res, self.segments.segments) if res else None,
             "stop_sequence": res.stop_sequence if res else None,
-            "usage": usage(read or PromptRead(0, 0), res.completion_tokens if res else 0),
+            "usage": usage(read or PromptRead(0, 0), res.completion_tokens if res else 0)
+            | capped(res),
         }
         if self.warnings:
             out["warnings"] = self.warnings

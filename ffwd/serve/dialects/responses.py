@@ -27,6 +27,7 @@ from ffwd.engine.sample.sampling import SamplingParams
 from ffwd.serve.dialects.chunks import token_logprob
 from ffwd.serve.dialects.common import (
     at_most_max_tools,
+    capped,
     check_choice,
     function_tool,
     new_id,
@@ -367,4 +368,4 @@ def usage(res: GenerationResult) -> dict[str, Any]:
         "output_tokens": res.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": res.prompt_tokens + res.completion_tokens,
-    }
+    } | capped(res)

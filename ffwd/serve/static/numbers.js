@@ -2,7 +2,7 @@
 import { $, el, fmt } from "./dom.js";
 import { ORIGINS } from "./tokens.js";
 
-const ALWAYS_SHOWN = ["sampled", "template", "schema", "grammar", "echo"];
+const ALWAYS_SHOWN = ["sampled", "template", "schema", "grammar", "echo", "recall"];
 
 export function numbers(result) {
   const block = result.block || {};
