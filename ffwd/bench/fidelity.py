@@ -92,14 +92,14 @@ def explain_difference(
     """
     from ffwd.engine.core.generate import generate
 
-    service.reset()
+    service.backend.reset()  # nothing of an earlier run in its cache
     off = generate(service.backend, service.tokenizer, prompt_ids,
                    max_tokens=item.max_tokens).token_ids
     i = next((k for k, (a, b) in enumerate(zip(off, peer_ids, strict=False)) if a != b), None)
     if i is None:
         return (f"the same ids over the first {min(len(off), len(peer_ids))}; only where each "
                 "stopped differs")
-    service.reset()
+    service.backend.reset()  # nothing of an earlier run in its cache
     service.backend.prefill(prompt_ids + peer_ids[:i])
     row = service.backend.last_logits
     gap = float(row[off[i]] - row[peer_ids[i]])
