@@ -326,9 +326,9 @@ def _bfcl(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def torch_threads() -> int:
-    import torch
+    from ffwd.engine.llama.threads import default_threads
 
-    return int(torch.get_num_threads())
+    return default_threads()
 
 
 def _argv() -> list[str]:

@@ -149,9 +149,9 @@ def _dtype_text(backend: str, engine: Any, dtype: str) -> str:
 
 
 def _thread_count(requested: int) -> int:
-    import torch
+    from ffwd.engine.llama.threads import default_threads
 
-    return requested or int(torch.get_num_threads())
+    return requested or default_threads()
 
 
 def _threads(requested: int) -> str:

@@ -102,8 +102,9 @@ def sampling_threads(threads: int) -> None:
     samples), `threads` for transformers (0: torch's default)."""
     import torch
 
-    if threads > 0:
-        torch.set_num_threads(threads)
+    from ffwd.engine.llama.threads import default_threads
+
+    torch.set_num_threads(threads or default_threads())  # 0: torch's own, whatever ran before
 
 
 def choose_attention(engine: Any, path: Path, refresh: bool,

@@ -60,7 +60,7 @@ from ffwd.engine.llama.native import (
     system_info,
 )
 from ffwd.engine.llama.sequence import LlamaSequence, Shared
-from ffwd.engine.llama.threads import BUSY, Contention, ThreadChooser
+from ffwd.engine.llama.threads import BUSY, Contention, ThreadChooser, default_threads
 
 DEFAULT_CONTEXT_CAP = 8192  # n_ctx when not given: the model's own, at most this
 
@@ -146,7 +146,7 @@ class LlamaContext:
             lib, path, size, frozenset(i for i in range(size) if lib.llama_vocab_is_eog(vocab, i)),
             n_batch, self.n_ctx,
             bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model)),
-            self.n_swa, threads or torch.get_num_threads(), AttentionPath(True, "f16"))
+            self.n_swa, threads or default_threads(), AttentionPath(True, "f16"))
 
     # --- facts ----------------------------------------------------------
     @property

@@ -31,6 +31,7 @@ cost curve timed on shared cores is not kept as if they were quiet.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
 import time
@@ -38,6 +39,18 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import median
+
+
+@functools.cache
+def default_threads() -> int:
+    """The threads a forward runs on when none are asked for: torch's own default (the
+    physical cores, or OMP_NUM_THREADS), read once, before a load sets torch's count for
+    sampling (`ffwd.models.load.sampling_threads`), so that a second model loaded in the
+    same process gets the same count as the first."""
+    import torch
+
+    return int(torch.get_num_threads())
+
 
 BUSY = 0.25  # others' share of the CPUs above which the cores count as shared
 SLOW = 2.0  # a step this many times the count's usual time starts a trial at once
