@@ -98,6 +98,7 @@ def run_bench(
 
     from ffwd.bench.workloads import select
     from ffwd.config import resolve_fill_config
+    from ffwd.engine.llama.threads import default_threads
     from ffwd.models import engine_for, load_backend, load_tokenizer, resolve_model
     from ffwd.serve.service import ModelService
 
@@ -105,7 +106,7 @@ def run_bench(
     load_before = load_average()
     ref = resolve_model(args.model)
     engine = engine_for(ref, args.backend)
-    threads = args.threads or torch_threads()
+    threads = args.threads or default_threads()
     tokenizer = load_tokenizer(ref)
     # A fresh cost curve: the machine as it is now, which the servers started
     # below read from the same cache.
@@ -325,10 +326,7 @@ def _bfcl(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(args.bfcl or DEFAULT_BFCL)
 
 
-def torch_threads() -> int:
-    from ffwd.engine.llama.threads import default_threads
 
-    return default_threads()
 
 
 def _argv() -> list[str]:
