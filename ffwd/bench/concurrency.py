@@ -227,7 +227,8 @@ def start(names: Sequence[str], setup: Any, parallel: int, decoder: Any,
         else:
             peer = LlamaServerHTTP(partial(
                 servers.llama_server, str(setup.ref.path), setup.threads,
-                service.context_window, 512, None, n.flash, parallel), decoder, None, name)
+                service.context_window, 512, None, n.flash, parallel, n.upstream), decoder, None,
+                name)
             stack.callback(peer.close)
             out.append(peer)
     return out

@@ -71,6 +71,11 @@ def builds(names: Sequence[SystemName], engine: str) -> dict[str, Any]:
                      f"{_short(server['binary'])}")
         out.append({"systems": LLAMA_SERVER, "build": what,
                     "system_info": server["system_info"]})
+    up = server_build(upstream=True) if any(n.upstream for n in names) else None
+    if up is not None and up["kind"] != FALLBACK:  # not built: those systems did not run
+        out.append({"systems": f"{LLAMA_SERVER}:upstream", "system_info": up["system_info"],
+                    "build": f"native, the same source and flags without patches/llama.cpp "
+                             f"({up['version']}): {_short(up['binary'])}"})
     return {"builds": out, "llama_server": server}
 
 

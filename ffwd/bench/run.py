@@ -208,7 +208,8 @@ def start_systems(
             built.append(FfwdHTTP(started[key].url, fill, name, grammar, recall))
         elif sys_name.base == LLAMA_SERVER:
             start = partial(servers.llama_server, str(setup.ref.path), setup.threads,
-                            service.context_window, 512, sys_name.spec, sys_name.flash)
+                            service.context_window, 512, sys_name.spec, sys_name.flash,
+                            upstream=sys_name.upstream)
             peer = LlamaServerHTTP(start, decoder, sys_name.spec, name)
             stack.callback(peer.close)
             built.append(peer)
@@ -230,6 +231,11 @@ def ffwd_server(setup: Setup, name: SystemName) -> ChildServer:
 
 def _cannot_run(name: SystemName, engine: str, ref: Any) -> str | None:
     """Why the system `name` cannot run on this model, or None."""
+    if name.upstream:
+        from ffwd.bench.systems.llama_server import native_binary
+
+        if native_binary(upstream=True) is None:
+            return "llama-server-upstream is not built: `make peers` builds it"
     if ref.gguf_file:
         return None
     if name.base in SERVED and (name.engine or engine) == "llamacpp":

@@ -74,8 +74,8 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
                      tokenizer=tokenizer, measure_cost=True,
                      progress=lambda text: print(f"measuring: {text}", file=sys.stderr))
     costs = _costs(ref, backend, engine, device, window)
-    promised, promise = greedy_promise(backend, device, costs["dtype"],
-                                       _thread_count(engine.threads))
+    promised, promise = greedy_promise(backend, _runs_on(backend, engine, device),
+                                       costs["dtype"], _thread_count(engine.threads))
     return {
         "ffwd": metadata.version("ffwd"),
         "python": platform.python_version(),
@@ -109,6 +109,16 @@ def _parallel(backend: str, engine: Any, window: int) -> str:
     return (f"{engine.parallel} requests decode together (FFWD_PARALLEL), each with a KV "
             f"cache of {window} ids, one forward per step; a request's greedy ids under "
             "--deterministic are the same alone or beside others")
+
+
+def _runs_on(backend: str, engine: Any, device: str) -> str:
+    """Where the forwards run: on llama.cpp the CPU unless layers go to a GPU."""
+    if backend != "llamacpp":
+        return device
+    from ffwd.engine.llama.native import gpu_layers, gpu_offload, system_info
+
+    layers = gpu_layers(engine.n_gpu_layers, offload=gpu_offload(), line=system_info())
+    return "cpu" if engine.deterministic or layers == 0 else "gpu"
 
 
 def _cpu() -> str:
@@ -192,9 +202,11 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
         if table is None:
             from ffwd.engine.llama.attention import candidates
             from ffwd.engine.llama.kv import exact_kv_of
+            from ffwd.engine.llama.native import shape_invariant
 
             exact = exact_kv_of(ref.path) if engine.deterministic else None
-            paths = candidates(engine.flash_attn, engine.kv_cache, exact)
+            paths = candidates(engine.flash_attn, engine.kv_cache, exact,
+                               shape_invariant(system_info()))
             later = ("not measured yet: the first load times "
                      f"{', '.join(p.name for p in paths)} into {path}")
             known = len(paths) == 1 or engine.deterministic  # every exact path is exact

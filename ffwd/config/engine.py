@@ -174,16 +174,15 @@ def resolve_engine_config(
 
 def exact(engine: EngineConfig) -> EngineConfig:
     """`engine` under FFWD_DETERMINISTIC: float32 where the dtype was auto, no GPU layers;
-    a setting that cannot be exact is an error naming it."""
+    a setting that cannot be exact is an error naming it. (The KV cache's type is the
+    llama.cpp build's question: every type is exact with the shape-invariant kernel, only
+    q8_0 and bf16 without it; `LlamaCppBackend` refuses f16 there.)"""
     why = "FFWD_DETERMINISTIC needs"
-    if engine.kv_cache == "f16":
-        raise SettingError("FFWD_KV_CACHE", "f16", "auto, q8_0 or bf16",
-                           f"{why} a q8_0 or bf16 KV cache (auto), not f16: an f16 cache "
-                           "rounds batched and one-id forwards apart")
     if engine.flash_attn == "off":
         raise SettingError("FFWD_FLASH_ATTN", "off", "auto or on",
                            f"{why} flash attention (FFWD_FLASH_ATTN=auto or on, not off): "
-                           "its per-row kernel on a q8_0 or bf16 cache is what is exact")
+                           "its kernel is what is exact, the plain path's matrix products "
+                           "round batched and one-id forwards apart")
     if engine.dtype in ("bfloat16", "float16"):
         raise SettingError("FFWD_DTYPE", engine.dtype, "auto or float32",
                            f"{why} float32 weights (auto), not {engine.dtype}")

@@ -4,9 +4,11 @@ On llama.cpp that is an `AttentionTable` (every attention path's cost surface,
 the one chosen), keyed on the library's build line, the CPU, where the layers
 run, the threads, the context, the batch and the attention settings; on
 transformers a `CostSurface`, keyed on dtype, device and threads. A
-measurement made while other processes used more than `BUSY` of the CPUs
-serves this process only and is not cached; a cached file that cannot be read is
-measured again (`ffwd.models.cache`).
+measurement made while other processes used more than `BUSY` of the CPUs is
+not cached, and is not trusted either: a load takes the last quiet measurement
+cached for the same settings where there is one (``--measure-cost`` on a busy
+machine keeps it), else the busy one, through `busy` where the caller has a
+stated default for that case (the attention path: `AttentionTable.after_busy`).
 """
 
 from __future__ import annotations
@@ -59,11 +61,14 @@ def _cost_curve(path: Path) -> Any:
 
 
 def load_or_measure(backend: Any, path: Path, refresh: bool = False,
-                    measure: Callable[[Any], Any] | None = None) -> Any:
+                    measure: Callable[[Any], Any] | None = None,
+                    busy: Callable[[Any, Any, float], Any] | None = None) -> Any:
     """What is cached at `path`, or (none there, or `refresh`) `measure(backend)` (default:
     `ffwd.engine.cost.measure.measure`), saved there atomically unless other processes used
-    more than `BUSY` of the machine meanwhile: then it serves this process only, and the
-    next load measures again."""
+    more than `BUSY` of the machine meanwhile. Then it is not saved, and what serves is
+    ``busy(measured, quiet, share)`` (`quiet`: what is cached at `path`, None if nothing),
+    by default the quiet one where there is one, else the busy one; the next load measures
+    again."""
     from ffwd.engine.cost.measure import measure as measure_surface
     from ffwd.engine.llama.threads import Contention
 
@@ -74,9 +79,14 @@ def load_or_measure(backend: Any, path: Path, refresh: bool = False,
     found = (measure or measure_surface)(backend)
     share = watch.share()
     if share is not None and share > BUSY:
+        quiet = read_cost_curve(path)
         log.warning("the forward costs were measured while other processes used %.0f%% of "
-                    "the CPUs: they are not cached (a load on a quieter machine measures them "
-                    "again)", 100 * share)
-        return found
+                    "the CPUs: they are not cached, and %s (a load on a quieter machine "
+                    "measures them again)", 100 * share,
+                    "the last quiet measurement serves instead" if quiet is not None else
+                    "serve this process only")
+        if busy is not None:
+            return busy(found, quiet, share)
+        return quiet if quiet is not None else found
     write_json(path, found.as_dict(), "measured forward costs")
     return found

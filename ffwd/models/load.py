@@ -123,7 +123,8 @@ def choose_attention(engine: Any, path: Path, refresh: bool,
             "(cached): " + ", ".join(p.name for p in ctx.paths))
         return measure_paths(backend, ctx.paths, Mix(), available_mib() / 2, say)
 
-    table = load_or_measure(engine, path, refresh, run)
+    table = load_or_measure(engine, path, refresh, run,
+                            busy=lambda found, quiet, share: found.after_busy(quiet, share))
     chosen = AttentionPath.parse(table.chosen)
     if chosen != ctx.attention:
         ctx.use_attention(chosen)

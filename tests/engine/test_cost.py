@@ -12,7 +12,7 @@ from ffwd.engine.cost.measure import measure
 from ffwd.engine.cost.surface import CostSurface, flat
 from ffwd.engine.llama.threads import Contention
 from ffwd.fill.spans import Undo, choose_span
-from ffwd.models import load_or_measure
+from ffwd.models import load_or_measure, read_cost_curve
 from tests.engine.tiny_models import tiny_backend
 
 
@@ -120,3 +120,25 @@ def test_a_surface_measured_on_busy_cores_is_not_cached(
     monkeypatch.setattr(Contention, "share", lambda self: 0.05)
     load_or_measure(tiny_backend("llama"), path)
     assert path.exists()
+
+
+def test_a_busy_measurement_gives_way_to_the_last_quiet_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A measurement asked for again (`refresh`) on busy cores keeps the quiet one cached,
+    and the caller's `busy` decides what serves."""
+    path = tmp_path / "curves" / "tiny.json"
+    monkeypatch.setattr(Contention, "share", lambda self: 0.05)
+    quiet = load_or_measure(tiny_backend("llama"), path)
+    monkeypatch.setattr(Contention, "share", lambda self: 0.7)
+    again = load_or_measure(tiny_backend("llama"), path, refresh=True)
+    assert again.as_dict() == quiet.as_dict() and "last quiet measurement" in caplog.text
+    seen: list[tuple[bool, float]] = []
+
+    def busy(found: object, last: object, share: float) -> str:
+        seen.append((last is not None, share))
+        return "decided"
+
+    assert load_or_measure(tiny_backend("llama"), path, refresh=True, busy=busy) == "decided"
+    assert seen == [(True, 0.7)]
+    assert read_cost_curve(path).as_dict() == quiet.as_dict()  # the cache is untouched

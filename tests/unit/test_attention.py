@@ -37,6 +37,10 @@ def test_the_paths_timed_follow_the_settings() -> None:
     assert [p.name for p in candidates("auto", "bf16", None)] == ["flash/bf16", "plain/bf16"]
     # --deterministic: exact paths only (flash attention's per-row kernel).
     assert [p.name for p in candidates("auto", "auto", "bf16")] == ["flash/bf16"]
+    # ... and with the shape-invariant kernel every flash path is exact, f16 first.
+    assert [p.name for p in candidates("auto", "auto", "q8_0", invariant=True)] == [
+        "flash/f16", "flash/q8_0"]
+    assert [p.name for p in candidates("auto", "f16", "q8_0", invariant=True)] == ["flash/f16"]
     with pytest.raises(ValueError, match="FFWD_FLASH_ATTN=off"):
         candidates("off", "q8_0", None)
     assert AttentionPath.parse("plain/f16") == AttentionPath(False, "f16")
@@ -85,3 +89,29 @@ def test_flash_attention_is_a_setting_and_deterministic_refuses_the_plain_path()
         resolve_engine_config({"FFWD_FLASH_ATTN": "sometimes"})
     with pytest.raises(SettingError, match="FFWD_FLASH_ATTN"):
         resolve_engine_config({"FFWD_FLASH_ATTN": "off", "FFWD_DETERMINISTIC": "1"})
+
+
+def test_only_flash_attention_is_exact_and_on_f16_only_with_the_kernel() -> None:
+    for kv in ("f16", "q8_0", "bf16"):
+        assert AttentionPath(True, kv).exact(invariant=True)
+        assert not AttentionPath(False, kv).exact(invariant=True)
+    assert not AttentionPath(True, "f16").exact(invariant=False)
+    assert AttentionPath(True, "q8_0").exact(invariant=False)
+
+
+def test_timings_from_a_busy_machine_do_not_choose() -> None:
+    """The plain path measured fastest while others used the cores: the choice is the
+    last quiet table where there is one, else the stated default, and it says which."""
+    busy = AttentionTable({"flash/f16": Measured(FLASH, 278), "plain/f16": Measured(PLAIN, 346)},
+                          "plain/f16", "the least expected time")
+    fallback = busy.after_busy(None, 0.8)
+    assert fallback.chosen == "flash/f16" and "stated default" in fallback.why
+    assert "80%" in fallback.why and fallback.paths == busy.paths
+    quiet = AttentionTable({"flash/f16": Measured(FLASH, 278)}, "flash/f16", "measured here")
+    kept = busy.after_busy(quiet, 0.8)
+    assert kept.chosen == "flash/f16" and kept.paths == quiet.paths
+    assert kept.why.startswith("the last quiet measurement: measured here")
+    # where the default did not run, the first path that did
+    only_plain = AttentionTable({"flash/f16": Measured(None, 0.0, "unavailable"),
+                                 "plain/f16": Measured(PLAIN, 346)}, "plain/f16", "x")
+    assert only_plain.after_busy(None, 0.5).chosen == "plain/f16"

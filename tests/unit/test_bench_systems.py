@@ -23,6 +23,7 @@ from ffwd.bench.systems.names import (
     SystemName,
     ffwd_settings,
     parse_system,
+    prefill_systems,
 )
 from ffwd.bench.workloads import Item
 from ffwd.cli import bench as cli_bench
@@ -49,7 +50,13 @@ def test_a_variant_is_an_engine_for_ffwd_and_a_speculation_mode_for_llama_server
     off = parse_system("llama-server:fa-off+ngram-mod")
     assert (off.flash, off.spec, off.name) == ("off", "ngram-mod", "llama-server:fa-off+ngram-mod")
     assert parse_system("llama-server:fa-off") == SystemName("llama-server", flash="off")
-    for bad in ("llama-server:llamacpp", "ffwd-off:ngram-mod", "hf-generate:transformers",
+    # the same server without patches/llama.cpp: what a user of llama.cpp runs
+    up = parse_system("llama-server:upstream")
+    assert (up.upstream, up.spec, up.flash, up.name) == (True, None, None, "llama-server:upstream")
+    assert prefill_systems(["llama-server", "llama-server:upstream"]) == [
+        "llama-server", "llama-server:upstream"]  # it prefills on another kernel
+    for bad in ("llama-server:upstream+ngram-mod", "ffwd-off:upstream",
+                "llama-server:llamacpp", "ffwd-off:ngram-mod", "hf-generate:transformers",
                 "llama-server:ngram-nope", "llama-server:", "nope", "ffwd-off:cuda",
                 "llama-server:kv-f16", "ffwd-off:kv-f32", "llama-server:fa-off+",
                 "llama-server:fa-off+ngram-nope", "llama-server:ngram-mod+fa-off",

@@ -20,6 +20,7 @@ from ffwd.engine.llama.native import (
     extra_buffers,
     gpu_key,
     gpu_layers,
+    shape_invariant,
 )
 from ffwd.engine.llama.probe import exit_message
 
@@ -30,6 +31,11 @@ SAPPHIRE = ("CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 
             "LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |")
 EPYC = SAPPHIRE.replace("AMX_INT8 = 1 | ", "")
 CUDA = "CUDA : ARCHS = 900 | USE_GRAPHS = 1 | PEER_MAX_BATCH_SIZE = 128 | " + EPYC
+
+
+def test_the_shape_invariant_kernel_is_read_off_the_build_line() -> None:
+    assert shape_invariant(EPYC.replace("REPACK = 1 |", "REPACK = 1 | FA_SHAPE_INVARIANT = 1 |"))
+    assert not shape_invariant(EPYC) and not shape_invariant(CUDA)
 
 
 def test_amx_kernels_are_read_off_the_build_line() -> None:
@@ -173,3 +179,35 @@ def test_install_replaces_a_wheel_from_other_flags(tmp_path: Path,
     assert ran == []  # the same key: nothing to reinstall
     monkeypatch.setattr(lb, "build_line", lambda: SAPPHIRE)
     assert lb.install_wheel("llama-cpp-python==0.3.36", "-DGGML_NATIVE=ON") == 1
+
+
+def test_a_build_with_other_patches_is_another_build(tmp_path: Path) -> None:
+    """The patches are part of the key: an unpatched or differently patched build never
+    comes back from the cache for a patched one."""
+    lb = _llama_build()
+    spec, flags = "llama-cpp-python==0.3.36", make_output()
+    ours = lb.patches()
+    assert [p.name for p in ours][:1] == ["0001-ggml-cpu-flash-attn-shape-invariant-kernel.patch"]
+    assert lb.build_key(spec, flags) == lb.build_key(spec, flags, lb.patches_digest(ours))
+    assert lb.build_key(spec, flags) != lb.build_key(spec, flags, lb.patches_digest([]))
+    edited = tmp_path / ours[0].name
+    edited.write_bytes(ours[0].read_bytes() + b"\n")
+    assert lb.patches_digest([edited, *ours[1:]]) != lb.patches_digest(ours)
+
+
+def test_patches_apply_to_a_tree_whatever_repository_holds_it(tmp_path: Path) -> None:
+    """`apply_patches` applies through a repository of its own: a tree inside another git
+    checkout (or with the sdist's dangling submodule pointer) is patched all the same."""
+    lb = _llama_build()
+    outer = tmp_path / "outer"
+    tree = outer / "vendor" / "llama.cpp"
+    (tree / "src").mkdir(parents=True)
+    (tree / "src" / "a.c").write_text("int a = 1;\n")
+    (tree / ".git").write_text("gitdir: ../../.git/modules/vendor/llama.cpp\n")
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    patch = tmp_path / "0001-a.patch"
+    patch.write_text("--- a/src/a.c\n+++ b/src/a.c\n@@ -1 +1 @@\n-int a = 1;\n+int a = 2;\n")
+    lb.apply_patches(tree, [patch])
+    assert (tree / "src" / "a.c").read_text() == "int a = 2;\n"
+    with pytest.raises(subprocess.CalledProcessError):  # applied twice: git refuses
+        lb.apply_patches(tree, [patch])

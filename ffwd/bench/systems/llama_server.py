@@ -1,10 +1,12 @@
 """llama.cpp's own server as the bench's peer: the native binary, else the xllamacpp fallback.
 
 The fair peer is the ``llama-server`` that ``make peers`` builds from the
-llama.cpp source the engine is built from, with the same flags, and puts next
-to this interpreter (``.venv/bin/llama-server``, `native_binary`). Where it is
-missing, the bench runs llama.cpp's server from the prebuilt xllamacpp wheel
-instead (this module's `main`):
+llama.cpp source the engine is built from (``patches/llama.cpp`` applied), with
+the same flags, and puts next to this interpreter (``.venv/bin/llama-server``,
+`native_binary`); beside it ``llama-server-upstream``, the same source and
+flags without the patches: what a user of llama.cpp runs (``upstream``). Where
+the patched one is missing, the bench runs llama.cpp's server from the prebuilt
+xllamacpp wheel instead (this module's `main`):
 
     python -m ffwd.bench.systems.llama_server --model FILE.gguf --port N [--threads T]
         [--ctx N] [--batch N] [--spec MODE] [--flash-attn on|off] [--parallel N]
@@ -50,22 +52,25 @@ NATIVE = "native"
 FALLBACK = "xllamacpp"
 
 
-def native_binary() -> Path | None:
-    """``make peers``'s ``llama-server`` beside this interpreter, if it is there."""
+def native_binary(upstream: bool = False) -> Path | None:
+    """``make peers``'s ``llama-server`` (`upstream`: ``llama-server-upstream``) beside this
+    interpreter, if it is there."""
     # The venv's bin directory, not where its python symlink points.
-    path = Path(sys.executable).parent / "llama-server"
+    path = Path(sys.executable).parent / ("llama-server-upstream" if upstream else "llama-server")
     return path if path.is_file() else None
 
 
 def command(
     gguf: str, port: int, threads: int, ctx: int, batch: int, spec: str | None = None,
-    flash: str | None = None, parallel: int = 1,
+    flash: str | None = None, parallel: int = 1, upstream: bool = False,
 ) -> list[str]:
     """The command line of the peer server: the native binary where it is built, else
-    this module on xllamacpp (the same settings either way)."""
+    this module on xllamacpp (the same settings either way; `upstream` has no fallback)."""
     if spec is not None and spec not in MODES:
         raise ValueError(f"unknown speculation mode {spec!r}; expected one of {MODES}")
-    binary = native_binary()
+    binary = native_binary(upstream)
+    if binary is None and upstream:
+        raise ValueError("llama-server-upstream is not built: `make peers` builds it")
     if binary is None:
         return [sys.executable, "-m", __name__, "--model", gguf, "--port", str(port),
                 "--threads", str(threads), "--ctx", str(ctx), "--batch", str(batch),
@@ -81,10 +86,11 @@ def command(
             *(["--spec-type", spec] if spec else []), *(["--flash-attn", flash] if flash else [])]
 
 
-def build() -> dict[str, Any]:
-    """Which server the llama-server systems run, and llama.cpp's build line for it:
-    ``{"kind": "native" | "xllamacpp", "version", "system_info"}`` (native: and ``binary``)."""
-    binary = native_binary()
+def build(upstream: bool = False) -> dict[str, Any]:
+    """Which server the llama-server systems run (`upstream`: the unpatched one), and
+    llama.cpp's build line for it: ``{"kind": "native" | "xllamacpp", "version",
+    "system_info"}`` (native: and ``binary``)."""
+    binary = native_binary(upstream)
     if binary is None:
         from importlib import metadata
 

@@ -13,6 +13,8 @@ A name is ``BASE`` or ``BASE:VARIANT``; what the variant means depends on the ba
   of the same server on the same engine, not an engine; or ``fa-off``, its
   other attention path (``-fa off``: llama.cpp's default is flash attention
   on), alone or joined to a mode with ``+``: ``llama-server:fa-off+ngram-mod``;
+  or ``upstream``: the same server built without ``patches/llama.cpp``
+  (``llama-server-upstream``, `make peers`), what a user of llama.cpp runs;
 * ``hf-generate``, ``hf-prompt-lookup``: no variant.
 
 `parse_system` reads a name into a `SystemName` whose ``engine`` and ``spec``
@@ -24,6 +26,8 @@ fields keep the two meanings apart, and refuses any other name.
 ('llama-server', None, 'ngram-mod')
 >>> parse_system("llama-server:fa-off+ngram-mod").flash
 'off'
+>>> parse_system("llama-server:upstream").upstream
+True
 >>> parse_system("ffwd-echo:kv-f16").name
 'ffwd-echo:kv-f16'
 >>> parse_system("ffwd-echo:deterministic").deterministic
@@ -45,12 +49,14 @@ KV_VARIANTS = ("kv-f16", "kv-q8_0", "kv-bf16")  # llama.cpp with that KV cache t
 DETERMINISTIC = "deterministic"  # ffwd serve --deterministic: the exact mode
 LLAMA_SERVER = "llama-server"
 FA_OFF = "fa-off"  # llama-server -fa off: the attention path its default (on) is not
+UPSTREAM = "upstream"  # llama-server built without patches/llama.cpp
 # llama-server's draft-free speculation modes (--spec-type), each with llama.cpp's defaults.
 SPEC_MODES = ("ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache")
 EXTRA_SPEC_MODES = ("ngram-map-k4v",)  # experimental upstream: accepted, not run by default
 LLAMA_SERVER_SYSTEMS = (LLAMA_SERVER, *(f"{LLAMA_SERVER}:{m}" for m in SPEC_MODES),
                         # its other attention path, plain and with its best speculation
-                        f"{LLAMA_SERVER}:{FA_OFF}", f"{LLAMA_SERVER}:{FA_OFF}+ngram-mod")
+                        f"{LLAMA_SERVER}:{FA_OFF}", f"{LLAMA_SERVER}:{FA_OFF}+ngram-mod",
+                        f"{LLAMA_SERVER}:{UPSTREAM}")  # and unpatched, as users run it
 HF_SYSTEMS = ("hf-generate", "hf-prompt-lookup")
 ALL_SYSTEMS = (*FFWD_SYSTEMS, ECHO_NO_RECALL, *LLAMA_SERVER_SYSTEMS, *HF_SYSTEMS)
 # accepted by --systems, not run by default
@@ -69,11 +75,12 @@ class SystemName(NamedTuple):
     kv: str | None = None  # ffwd on llama.cpp: the KV cache type (None: the server's default)
     deterministic: bool = False  # ffwd: the server runs with --deterministic
     flash: str | None = None  # llama-server: "off" for -fa off (None: its default)
+    upstream: bool = False  # llama-server: the build without patches/llama.cpp
 
     @property
     def name(self) -> str:
         spec = "+".join(v for v in (FA_OFF if self.flash == "off" else None, self.spec) if v)
-        variant = (DETERMINISTIC if self.deterministic else
+        variant = (DETERMINISTIC if self.deterministic else UPSTREAM if self.upstream else
                    f"kv-{self.kv}" if self.kv else self.engine or spec)
         return f"{self.base}:{variant}" if variant else self.base
 
@@ -92,6 +99,8 @@ def parse_system(name: str) -> SystemName:
         return SystemName(base, engine="llamacpp", kv=variant.removeprefix("kv-"))
     if base in SERVED and variant == DETERMINISTIC:
         return SystemName(base, deterministic=True)
+    if base == LLAMA_SERVER and variant == UPSTREAM:
+        return SystemName(base, upstream=True)
     if base == LLAMA_SERVER:
         flash, plus, spec = variant.partition("+") if variant.startswith(FA_OFF) else \
             ("", "", variant)
@@ -106,8 +115,8 @@ def _variants(base: str) -> str:
         return "an ffwd system may name an engine, a KV cache type or its mode: " + ", ".join(
             (*ENGINES, *KV_VARIANTS, DETERMINISTIC))
     if base == LLAMA_SERVER:
-        return (f"llama-server may name {FA_OFF}, a speculation mode or both joined by +: "
-                + ", ".join((*SPEC_MODES, *EXTRA_SPEC_MODES)))
+        return (f"llama-server may name {UPSTREAM}, {FA_OFF}, a speculation mode or the last "
+                "two joined by +: " + ", ".join((*SPEC_MODES, *EXTRA_SPEC_MODES)))
     return f"{base} takes no variant"
 
 
@@ -136,7 +145,7 @@ def prefill_systems(names: Sequence[str]) -> list[str]:
     for name in names:
         n = parse_system(name)
         key = (("ffwd", n.engine, n.kv, n.deterministic) if n.base in SERVED
-               else (n.base.split("-")[0], n.flash))  # llama (per attention path), hf
+               else (n.base.split("-")[0], n.flash, n.upstream))  # llama (per build, path), hf
         groups.setdefault(key, []).append(name)
     plain = {"ffwd-off", LLAMA_SERVER, "hf-generate"}
     return [next((n for n in group if n.partition(":")[0] in plain and parse_system(n).spec

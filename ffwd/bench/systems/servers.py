@@ -110,16 +110,17 @@ def ffwd_server(
 
 def llama_server(
     gguf: str, threads: int, n_ctx: int, n_batch: int, spec: str | None = None,
-    flash: str | None = None, parallel: int = 1,
+    flash: str | None = None, parallel: int = 1, upstream: bool = False,
 ) -> ChildServer:
     """llama.cpp's server; `spec`: one of its draft-free speculation modes (default off);
-    `flash`: its -fa setting (None: its default); `parallel` slots of `n_ctx` ids each.
+    `flash`: its -fa setting (None: its default); `parallel` slots of `n_ctx` ids each;
+    `upstream`: the build without patches/llama.cpp.
     It runs in the operator's environment, not ffwd's OpenMP spin (`peer_environment`)."""
     from ffwd.bench.systems.llama_server import command
     from ffwd.config.engine import peer_environment
 
     port = free_port()
-    cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash, parallel)
-    name = "-".join(["llama-server", *([f"fa-{flash}"] if flash else []),
-                     *([spec] if spec else [])])
+    cmd = command(gguf, port, threads, n_ctx, n_batch, spec, flash, parallel, upstream)
+    name = "-".join(["llama-server", *(["upstream"] if upstream else []),
+                     *([f"fa-{flash}"] if flash else []), *([spec] if spec else [])])
     return ChildServer(name, cmd, port, env=peer_environment())

@@ -29,6 +29,10 @@ from typing import Any
 
 from ffwd.engine.cost.surface import CostSurface
 
+# The path taken where no quiet measurement chooses one: llama.cpp's own default, and with the
+# shape-invariant kernel (patches/llama.cpp) exact and the fastest measured for every forward.
+DEFAULT = "flash/f16"
+
 
 @dataclass(frozen=True, slots=True)
 class AttentionPath:
@@ -41,6 +45,20 @@ class AttentionPath:
     def name(self) -> str:
         return f"{'flash' if self.flash else 'plain'}/{self.kv}"
 
+    def exact(self, invariant: bool) -> bool:
+        """Whether, on the CPU, a row's logits on this path do not depend on the forward it
+        is in (how many ids, threads, micro-batches, other sequences): flash attention
+        with the shape-invariant kernel (`invariant`: ``patches/llama.cpp``) on any cache;
+        without it only on q8_0 or bf16, where ggml runs its per-row kernel for every shape.
+        The plain path's matrix products take other kernels for one row than for many.
+
+        >>> AttentionPath(True, "f16").exact(True), AttentionPath(True, "f16").exact(False)
+        (True, False)
+        >>> AttentionPath(True, "q8_0").exact(False), AttentionPath(False, "f16").exact(True)
+        (True, False)
+        """
+        return self.flash and (invariant or self.kv in ("q8_0", "bf16"))
+
     @classmethod
     def parse(cls, name: str) -> AttentionPath:
         flash, _, kv = name.partition("/")
@@ -49,11 +67,13 @@ class AttentionPath:
         return cls(flash == "flash", kv)
 
 
-def candidates(flash: str, kv_cache: str, exact_kv: str | None) -> list[AttentionPath]:
+def candidates(flash: str, kv_cache: str, exact_kv: str | None,
+               invariant: bool = False) -> list[AttentionPath]:
     """The paths to time for the settings `flash` (auto|on|off) and `kv_cache`
-    (auto or a type). `exact_kv` is set under `--deterministic`: the cache type that
-    keeps every forward on the per-row kernel (q8_0 or bf16), with flash attention,
-    and bf16 beside it where q8_0 was named (both are exact).
+    (auto or a type). `exact_kv` is set under `--deterministic`: the cache type the
+    model's heads fit (q8_0, else bf16); only exact paths are timed then
+    (`AttentionPath.exact`): with the shape-invariant kernel (`invariant`) flash
+    attention on f16 and on that type, without it on that type and bf16.
 
     >>> [p.name for p in candidates("auto", "auto", None)]
     ['flash/f16', 'flash/q8_0', 'plain/f16']
@@ -61,9 +81,12 @@ def candidates(flash: str, kv_cache: str, exact_kv: str | None) -> list[Attentio
     ['plain/f16']
     >>> [p.name for p in candidates("auto", "auto", "q8_0")]
     ['flash/q8_0', 'flash/bf16']
+    >>> [p.name for p in candidates("auto", "auto", "q8_0", invariant=True)]
+    ['flash/f16', 'flash/q8_0']
     """
     if exact_kv is not None:
-        kvs = [kv_cache] if kv_cache != "auto" else list(dict.fromkeys((exact_kv, "bf16")))
+        auto = ["f16", exact_kv] if invariant else [exact_kv, "bf16"]
+        kvs = [kv_cache] if kv_cache != "auto" else list(dict.fromkeys(auto))
         return [AttentionPath(True, kv) for kv in kvs]
     kvs = ["f16", "q8_0"] if kv_cache == "auto" else [kv_cache]
     paths = [AttentionPath(True, kv) for kv in kvs] if flash != "off" else []
@@ -159,6 +182,22 @@ class AttentionTable:
                        f"{turn_ms(s, self.mix, window) / 1000:.2f} s; {m.memory_mib:.0f} MiB"
                        + (f" ({m.note})" if m.note else ""))
         return [*out, f"   chosen: {self.chosen} ({self.why})"]
+
+    def after_busy(self, quiet: AttentionTable | None, share: float) -> AttentionTable:
+        """What serves when this table was measured while other processes used `share` of
+        the CPUs (its times are theirs as much as the paths'): the last quiet table
+        (`quiet`) where there is one, else these surfaces with the stated default chosen
+        (`DEFAULT`, where it ran; else the first path that ran), each saying so."""
+        busy = f"timed again while other processes used {share:.0%} of the CPUs"
+        if quiet is not None:
+            return AttentionTable(quiet.paths, quiet.chosen,
+                                  f"the last quiet measurement: {quiet.why}; {busy}", quiet.mix)
+        ran = [n for n, m in self.paths.items() if m.surface is not None]
+        if not ran:
+            return self
+        chosen = DEFAULT if DEFAULT in ran else ran[0]
+        return AttentionTable(self.paths, chosen, f"the stated default, not the timings: {busy} "
+                              f"and none timed on a quiet machine", self.mix)
 
     def as_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "why": self.why, "paths": {

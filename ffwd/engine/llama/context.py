@@ -14,19 +14,21 @@ is a large share of a short forward, and each row copied out is 1 MB.
 Attention: the context runs on one `AttentionPath` (flash attention on or off,
 the KV cache's type), the first of `paths` until the loader has timed them all
 and picked one (`ffwd.engine.llama.attention`); `use_attention` reopens the context on
-another path (every sequence's cache starts empty). Fidelity: with an f16 cache
-and flash attention, a one-id forward over 512 cells or more splits the KV range
-over the threads, and a micro-batch of 64 ids or more takes a tiled f32 kernel;
-both round differently from the per-row kernel other forwards take, so greedy
-output can change with fill and with the prompt cache's state, at near-ties
+another path (every sequence's cache starts empty). Fidelity: with the
+shape-invariant flash-attention kernel of ``patches/llama.cpp`` (`invariant`,
+read from the build line) every flash-attention path is exact on the CPU: a
+row's logits do not depend on how many ids its forward carries, its threads or
+its micro-batches, so on the embedded Q4_1 model one-id, batched, cold and warm
+forwards agree bit for bit, and a sequence's logits are the same alone and
+beside others (each reads only its own KV stream). The plain path is not
+(its matrix products take other kernels for one row than for many), nor is
+unpatched llama.cpp's flash attention on an f16 cache (it splits a one-id
+forward over the threads and tiles micro-batches of 64 ids), so greedy output
+can change there with fill and the prompt cache's state, at near-ties
 (`ffwd.bench.agreement` counts how often). With ``deterministic``
-(``--deterministic``) the paths are flash attention on a q8_0 cache (where the
-heads fit its blocks) or a bf16 one: every forward takes the per-row kernel,
-and on the embedded Q4_1 model one-id, batched, cold and warm forwards agree
-exactly at every length tried, on any number of threads, and a sequence's
-logits are the same alone and beside others (each reads only its own KV
-stream). Weights whose batched matmuls round differently from one-id ones
-(other quantizations) can still differ.
+(``--deterministic``) only exact paths are timed (`candidates`). Weights whose
+batched matmuls round differently from one-id ones (other quantizations) can
+still differ.
 
 llama.cpp's own log lines go nowhere unless the backend is built with
 ``log=True`` (FFWD_LLAMACPP_LOG=1).
@@ -57,6 +59,7 @@ from ffwd.engine.llama.native import (
     gpu_offload,
     init_llama,
     load_model,
+    shape_invariant,
     system_info,
 )
 from ffwd.engine.llama.sequence import LlamaSequence, Shared
@@ -100,16 +103,18 @@ class LlamaContext:
                 "f16", "q8_0", "bf16", "auto"):
             raise ValueError(f"n_batch={n_batch}, n_ctx={n_ctx}, threads={threads}, "
                              f"parallel={parallel}, kv_cache={kv_cache!r}: out of range")
-        if deterministic and (kv_cache == "f16" or flash_attn == "off"
+        lib = self._lib = init_llama(log)
+        line = system_info()
+        self.invariant = shape_invariant(line)  # every flash path exact on the CPU
+        if deterministic and ((kv_cache == "f16" and not self.invariant) or flash_attn == "off"
                               or n_gpu_layers not in ("auto", 0)):
-            raise ValueError("deterministic: llama.cpp is exact on the CPU with flash attention "
-                             f"on a q8_0 or bf16 KV cache, not kv_cache={kv_cache!r}, "
+            caches = "any" if self.invariant else "a q8_0 or bf16"
+            raise ValueError(f"deterministic: llama.cpp is exact on the CPU with flash attention "
+                             f"on {caches} KV cache, not kv_cache={kv_cache!r}, "
                              f"flash_attn={flash_attn!r}, n_gpu_layers={n_gpu_layers}")
         self.deterministic = deterministic
         self.parallel = parallel
         n_gpu_layers = 0 if deterministic else n_gpu_layers
-        lib = self._lib = init_llama(log)
-        line = system_info()
         self.n_gpu_layers = gpu_layers(n_gpu_layers, offload=gpu_offload(), line=line)
         with capture() as lines:  # llama.cpp says where the weights went
             model = self._model = load_model(lib, os.fspath(path), self.n_gpu_layers, line)
@@ -119,7 +124,7 @@ class LlamaContext:
         sh.owner = self
         sh.on_surface = self._on_surface
         exact = exact_kv(lib, model) if deterministic else None
-        self.paths = candidates(flash_attn, kv_cache, exact)  # the loader times them all
+        self.paths = candidates(flash_attn, kv_cache, exact, self.invariant)  # timed at load
         sh.attention = self.paths[0]
         self.sequences = [LlamaSequence(sh, i) for i in range(parallel)]
         self._stats = BatchStats()

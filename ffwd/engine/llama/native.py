@@ -8,6 +8,10 @@ they are tested without the hardware they are about:
   library built elsewhere with them gets its weights kept out of the CPU's
   extra buffer types (`extra_buffers`): no AMX, and no REPACK either, which
   llama.cpp switches together. ``make install`` builds without them.
+* `shape_invariant(line)`: the CPU backend has the flash-attention kernel of
+  ``patches/llama.cpp`` (``FA_SHAPE_INVARIANT = 1``), whose rows do not depend
+  on how many ids a forward carries, its threads or its micro-batches: on the
+  CPU every flash-attention path is then exact.
 * `gpu_layers(requested, offload, line)`: the layers to offload, ``auto``
   meaning all of them where the build can offload and none elsewhere; asking a
   CPU-only build for GPU layers is an error that names the rebuild.
@@ -15,6 +19,8 @@ they are tested without the hardware they are about:
   AMX, CUDA0, Metal ...) and the KV cache, read from its own load log.
 
 >>> amx_kernels("CPU : AVX2 = 1 | AVX512_VNNI = 1 | AMX_INT8 = 1 | REPACK = 1 |")
+True
+>>> shape_invariant("CPU : AVX2 = 1 | FA_SHAPE_INVARIANT = 1 | REPACK = 1 |")
 True
 >>> gpu_layers("auto", offload=False, line="CPU : AVX2 = 1 |")
 0
@@ -42,6 +48,11 @@ REBUILD = ("rebuild llama.cpp with GPU offload: `make install LLAMA=cuda` (NVIDI
 def amx_kernels(line: str) -> bool:
     """Whether a build line says ggml's AMX kernels are compiled in."""
     return re.search(r"\bAMX_INT8 = 1\b", line) is not None
+
+
+def shape_invariant(line: str) -> bool:
+    """Whether a build line says its CPU flash attention is shape-invariant (the patch)."""
+    return re.search(r"\bFA_SHAPE_INVARIANT = 1\b", line) is not None
 
 
 def extra_buffers(line: str) -> bool:
