@@ -90,9 +90,10 @@ def table(result: dict[str, object]) -> str:
             ts = statistics.median(row[test])
             cells.append(f"{1000 * 16 / ts:.0f}" if unit == "ms" else f"{ts:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    lo, hi = result["load"]  # type: ignore[misc]
+    load = result["load"]
+    assert isinstance(load, list)
     lines.append(f"\n{result['threads']} threads, median of {result['repeats']}, load average "
-                 f"{lo:.2f} to {hi:.2f}; 16 ids: ms per 16-id forward")
+                 f"{load[0]:.2f} to {load[1]:.2f}; 16 ids: ms per 16-id forward")
     return "\n".join(lines)
 
 

@@ -1,14 +1,19 @@
 """What a llama.cpp configuration costs: cold prefill, one-id steps, 16-id forwards.
 
-    python -m tools.engine_cost MODEL.gguf [--configs default,deterministic,guard]
+    python -m tools.engine_cost MODEL.gguf [--configs default,deterministic,plain,q8_0,guard]
         [--prompts 1024,2048,4096,8192] [--repeats 3] [--threads 0]
 
 Configurations, each a llama.cpp backend (`open_llama`) loaded once and measured in turn
 (interleaved, `repeats` rounds, medians reported with each one's ratio to the
 first configuration):
 
-* ``default``: the f16 KV cache, as `ffwd serve` runs.
-* ``deterministic``: ``--deterministic`` (q8_0, or bf16 where heads do not fit).
+* ``default``: the first attention path `ffwd serve` times (flash attention on an f16
+  cache, which the load's measurement may replace).
+* ``deterministic``: ``--deterministic``'s first path (flash attention on f16 with the
+  shape-invariant kernel of patches/llama.cpp; without it q8_0, or bf16 where heads do
+  not fit).
+* ``plain``: the plain attention path on an f16 cache; ``q8_0``, ``bf16``: flash
+  attention on that cache.
 * ``guard``: the default with the weights kept out of the CPU's extra buffer
   types, as the AMX guard does on a library built with ggml's AMX kernels
   (`ffwd.engine.llama.native.extra_buffers`): what losing REPACK costs.
@@ -29,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-CONFIGS = ("default", "deterministic", "guard")
+CONFIGS = ("default", "deterministic", "guard", "plain", "q8_0", "bf16")
 
 
 def load(path: str, config: str, threads: int, context: int) -> Any:
@@ -43,8 +48,12 @@ def load(path: str, config: str, threads: int, context: int) -> Any:
             return open_llama(path, n_ctx=context, threads=threads)
         finally:
             native.extra_buffers = kept
+    if config in ("plain", "q8_0", "bf16"):
+        kv = "f16" if config == "plain" else config
+        return open_llama(path, n_ctx=context, threads=threads, kv_cache=kv,
+                               flash_attn="off" if config == "plain" else "on")
     return open_llama(path, n_ctx=context, threads=threads,
-                      deterministic=config == "deterministic")
+                           deterministic=config == "deterministic")
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 
 from ffwd.bench.systems.names import LLAMA_SERVER, SERVED, SystemName, parse_system
 from ffwd.engine.llama.native import cpu_model
+from ffwd.engine.promise import loaded_promise
 
 
 def environment(
@@ -41,6 +42,8 @@ def environment(
         # llama.cpp: every attention path as timed at load, and the one chosen
         "attention": (backend.attention_table.describe(backend.context_window)
                       if backend.attention_table is not None else None),
+        # what greedy output the ffwd systems promise on that path (the identity checks test it)
+        "greedy_determinism": loaded_promise(backend)[1],
         **builds([parse_system(n) for n in names], engine),
     }
 

@@ -258,12 +258,15 @@ def bound_lines(bound: Mapping[str, float], summary: Mapping[str, Any]) -> list[
 
 
 def attention_lines(env: Mapping[str, Any]) -> list[str]:
-    """The attention paths ffwd's load timed, and the one it chose (llama.cpp only)."""
+    """The attention paths ffwd's load timed, and the one it chose (llama.cpp only); and what
+    greedy output the ffwd systems promise there."""
+    promise = ([] if not env.get("greedy_determinism") else
+               ["", f"Greedy determinism of the ffwd systems: {env['greedy_determinism']}"])
     if not env.get("attention"):
-        return []
+        return promise
     return ["", "ffwd's attention path, as its load timed each (ms per forward of 1 id/16 "
             "ids by cache depth, an agent turn's expected time, memory):", "", "```",
-            *env["attention"], "```"]
+            *env["attention"], "```", *promise]
 
 
 def render_markdown(results: Mapping[str, Any]) -> str:

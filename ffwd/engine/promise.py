@@ -76,10 +76,12 @@ def _llama_promise(device: str, dtype: str, invariant: bool) -> tuple[bool, str]
                        "the prompt cache's state; --deterministic runs on the CPU, where it is "
                        "exact")
     if not kv:
-        return invariant, ("not chosen yet: the first load measures the attention paths; "
-                           + ("every flash-attention path is exact with this build, the plain "
-                              "path is not" if invariant else "flash attention on a q8_0 or "
-                              "bf16 cache is exact, the other paths are not"))
+        return False, ("not known until the first load has measured the attention paths and "
+                       "chosen one: " + ("every flash-attention path is exact with this build, "
+                                         "the plain path is not" if invariant else "flash "
+                                         "attention on a q8_0 or bf16 cache is exact, the "
+                                         "other paths are not")
+                       + "; --deterministic keeps to the exact ones")
     path = AttentionPath(not dtype.endswith("-noflash"), kv)
     if path.exact(invariant):
         kernel = ("the shape-invariant flash-attention kernel (patches/llama.cpp) computes "

@@ -32,13 +32,25 @@ def test_greedy_promise(device: str, dtype: str, promised: bool) -> None:
     assert ok is promised and text.startswith("yes:" if promised else "no:")
 
 
-def test_greedy_promise_on_llama_cpp_follows_the_kv_cache() -> None:
+def test_greedy_promise_on_llama_cpp_follows_the_path_and_the_build() -> None:
     for kv in ("q8_0", "bf16"):
-        assert greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", threads=2)[0] is True
-    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16", threads=1)
+        assert greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", 2, invariant=False)[0] is True
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16", 1, invariant=False)
     assert ok is False and "--deterministic" in text and "4 argmax flips" in text
-    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16-noflash", threads=2)
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-f16-noflash", 2, invariant=False)
     assert ok is False and "plain attention" in text and "32 argmax flips" in text
+    # With the shape-invariant kernel (patches/llama.cpp) every flash path is exact ...
+    for kv in ("f16", "q8_0", "bf16"):
+        ok, text = greedy_promise("llamacpp", "cpu", f"gguf-kv-{kv}", 2, invariant=True)
+        assert ok is True and text.startswith("yes:")
+    assert "shape-invariant" in greedy_promise("llamacpp", "cpu", "gguf-kv-f16", 2, True)[1]
+    assert greedy_promise("llamacpp", "cpu", "gguf-kv-f16-noflash", 2, invariant=True)[0] is False
+    # ... on the CPU: a GPU chooses its kernels by batch shape, patched or not.
+    ok, text = greedy_promise("llamacpp", "gpu", "gguf-kv-f16", 2, invariant=True)
+    assert ok is False and "GPU" in text
+    # Before the first load has chosen a path, what is known.
+    ok, text = greedy_promise("llamacpp", "cpu", "gguf-kv-", 2, invariant=True)
+    assert ok is False and text.startswith("not known until the first load")
 
 
 def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[str]) -> None:
@@ -59,8 +71,10 @@ def test_info_reports_the_resolved_configuration(capsys: pytest.CaptureFixture[s
     assert "AVX" in info["llama_cpp_build"] or "NEON" in info["llama_cpp_build"]
     assert ffwd_main(["info", "--json", "--threads", "1", "--deterministic"]) == 0
     exact = json.loads(capsys.readouterr().out)
-    assert exact["dtype"] in ("the GGUF file's own, KV cache q8_0",
-                              "the GGUF file's own, KV cache bf16")
+    # the exact paths: flash attention on any cache with the patched build (f16 among them)
+    exact_kvs = ("f16", "q8_0") if "FA_SHAPE_INVARIANT = 1" in info["llama_cpp_build"] else (
+        "q8_0", "bf16")
+    assert exact["dtype"] in [f"the GGUF file's own, KV cache {kv}" for kv in exact_kvs]
     assert exact["greedy_deterministic"] is True
     assert ffwd_main(["info", "--json", "--backend", "transformers", "--dtype", "float32"]) == 0
     hf = json.loads(capsys.readouterr().out)
