@@ -15,7 +15,7 @@ choose their kernels by batch shape.
 
 from __future__ import annotations
 
-from ffwd.engine.attention import AttentionPath
+from ffwd.engine.llama.attention import AttentionPath
 from ffwd.engine.backend import Backend
 
 # Measured with `python -m ffwd.bench.agreement --threads 2 --kv-cache f16 --flash-attn
@@ -55,7 +55,7 @@ def greedy_promise(engine: str, device: str, dtype: str, threads: int = 0,
     """
     if engine in ("llamacpp", "llama.cpp"):
         if invariant is None:
-            from ffwd.engine.native import shape_invariant, system_info
+            from ffwd.engine.llama.native import shape_invariant, system_info
 
             invariant = shape_invariant(system_info())
         return _llama_promise(device, dtype, invariant)
