@@ -93,7 +93,7 @@ def test_llama_server_gets_its_slots_each_with_the_context(
 ) -> None:
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\n")
-    monkeypatch.setattr(llama_server, "native_binary", lambda: fake)
+    monkeypatch.setattr(llama_server, "native_binary", lambda upstream=False: fake)
     cmd = llama_server.command("m.gguf", 8123, 2, 8192, 512, None, "off", 4)
     assert cmd[cmd.index("--parallel") + 1] == "4"
     assert cmd[cmd.index("--ctx-size") + 1] == str(4 * 8192)  # split among the slots

@@ -210,6 +210,12 @@ def test_a_truncated_gemma3_gguf_is_assembled_again(
     assert [p.name for p in ref.path.parent.iterdir()] == [ref.path.name]  # no leftovers
 
 
+def _tree(root: Path) -> Path:
+    """A stand-in for the package's source tree (its vendored llama.cpp, empty)."""
+    (root / "vendor" / "llama.cpp").mkdir(parents=True, exist_ok=True)
+    return root
+
+
 def test_a_damaged_llama_cpp_wheel_is_built_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
@@ -221,11 +227,15 @@ def test_a_damaged_llama_cpp_wheel_is_built_again(
     name = "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
 
     def pip_wheel(cmd: list[str], **kw: object) -> None:  # a build: a whole wheel in -w
+        if "-w" not in cmd:  # git applying the patches
+            return
         with zipfile.ZipFile(Path(cmd[cmd.index("-w") + 1]) / name, "w") as z:
             z.writestr("llama_cpp/__init__.py", "x = 1\n" * 1000)
 
     builds: list[list[str]] = []
-    monkeypatch.setattr(lb, "run", lambda cmd, **kw: builds.append(cmd) or pip_wheel(cmd))
+    monkeypatch.setattr(lb, "run", lambda cmd, **kw: "-w" in cmd and builds.append(cmd)
+                        or pip_wheel(cmd))
+    monkeypatch.setattr(lb, "sdist", lambda spec, into: _tree(tmp_path / "src"))
     out = tmp_path / "key"
     wheel = lb.build_wheel("llama-cpp-python==0.3.36", "-DGGML_NATIVE=ON", out)
     assert lb.build_wheel("llama-cpp-python==0.3.36", "-DGGML_NATIVE=ON", out) == wheel
@@ -243,24 +253,28 @@ def test_a_peer_binary_that_does_not_run_is_built_again(
 
     lb = _llama_build()
     monkeypatch.setattr(lb, "cache_root", lambda: tmp_path / "llama")
-    monkeypatch.setattr(lb, "sdist", lambda spec, into: tmp_path / "src")
+    monkeypatch.setattr(lb, "sdist", lambda spec, into: _tree(tmp_path / "src"))
     cmakes: list[list[str]] = []
 
-    def cmake(cmd: list[str], **kw: object) -> None:  # a build: both peers, runnable
+    def cmake(cmd: list[str], **kw: object) -> None:  # a build: the targets named, runnable
+        if cmd[0] != "cmake":  # git applying the patches
+            return
         cmakes.append(cmd)
         if "--build" in cmd:
             out = Path(cmd[cmd.index("--build") + 1]) / "bin"
-            out.mkdir(parents=True)
-            for peer in lb.PEERS:
-                (out / peer).write_text("#!/bin/sh\necho version 1\n")
-                (out / peer).chmod(0o755)
+            out.mkdir(parents=True, exist_ok=True)
+            for target in cmd[cmd.index("--target") + 1:]:
+                (out / target).write_text("#!/bin/sh\necho version 1\n")
+                (out / target).chmod(0o755)
 
     monkeypatch.setattr(lb, "run", cmake)
     key = lb.build_key("s", "")
-    assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 2
+    # configure, the upstream peers, the patched peers and checks
+    assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 3
+    assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 3  # cached
     cached = tmp_path / "llama" / key / "bin" / "llama-server"
     cached.write_bytes(b"\x7fELF\x02")  # cut short
-    assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 4
+    assert lb.build_peers("s", "", tmp_path / "bin") == 0 and len(cmakes) == 6
     assert f"{cached} does not run" in capsys.readouterr().err
     assert lb.runs(cached)
 
