@@ -15,8 +15,8 @@ choose their kernels by batch shape.
 
 from __future__ import annotations
 
-from ffwd.engine.llama.attention import AttentionPath
 from ffwd.engine.backend import Backend
+from ffwd.engine.llama.attention import AttentionPath
 
 # Measured with `python -m ffwd.bench.agreement --threads 2 --kv-cache f16 --flash-attn
 # off,on --prompts 4 --tokens 1500` (and `--model gemma3 --tokens 640`) on two Xeon cores,

@@ -233,7 +233,7 @@ def test_a_damaged_llama_cpp_wheel_is_built_again(
             z.writestr("llama_cpp/__init__.py", "x = 1\n" * 1000)
 
     builds: list[list[str]] = []
-    monkeypatch.setattr(lb, "run", lambda cmd, **kw: "-w" in cmd and builds.append(cmd)
+    monkeypatch.setattr(lb, "run", lambda cmd, **kw: ("-w" in cmd and builds.append(cmd))
                         or pip_wheel(cmd))
     monkeypatch.setattr(lb, "sdist", lambda spec, into: _tree(tmp_path / "src"))
     out = tmp_path / "key"
