@@ -374,8 +374,10 @@ def _write_trace(
             proposed_text=decode(proposal.ids) if decode else None,
             actual_text=decode(actual) if decode else None,
             decision=decision,
+            run=proposal.run,
             chosen=choice.length if choice else len(proposal.ids) if decision == "assert" else 0,
             expected_ids=round(choice.expected_ids, 4) if choice else None,
             expected_ms=round(choice.expected_ms, 4) if choice else None,
+            plain_ms=round(choice.plain_ms, 4) if choice else None,
         )
     )

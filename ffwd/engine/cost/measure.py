@@ -37,7 +37,9 @@ from ffwd.engine.llama.attention import AttentionPath, AttentionTable, Measured,
 from ffwd.fill.spans import POINTS, Undo
 
 DEPTHS = (1024, 2048, 4096)  # besides half the context window
-WIDTHS = (1, 4, 16)  # span lengths timed at depth
+# Span lengths timed at depth: a plain step, short and long spans (32 lies between 16 and 64,
+# timed both: on a CPU a forward's cost is close to linear in its ids past a few).
+WIDTHS = (1, 4, 16, 64)
 BUDGET_S = 10.0  # seconds the deep phase may take (growing the cache dominates)
 Progress = Callable[[str], None]
 
@@ -61,7 +63,7 @@ def measure(
     rows = {m: ms for (m, kind), ms in times.items() if kind == "rows"}
     last = {m: ms for (m, kind), ms in times.items() if kind == "last"}
     surface = CostSurface({context: rows}, {context: last}, chunk, undo)
-    if backend.can_rewind and chunk > max(points):
+    if backend.can_rewind and chunk >= max(points):
         _deep(backend, surface, [d for d in depths if context < d <= window - chunk],
               [w for w in widths if w <= chunk], repeats, budget_s, progress)
     backend.reset()
