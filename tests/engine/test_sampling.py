@@ -179,7 +179,8 @@ def _p_value(counts: Counter, exact: dict[tuple[int, int], float], runs: int) ->
 
 
 def _argmax_acceptance(
-    logits: torch.Tensor, proposed: Sequence[int], sampler: Sampler, generated: Sequence[int] = ()
+    logits: torch.Tensor, proposed: Sequence[int], sampler: Sampler, generated: Sequence[int] = (),
+    margin: float = 0.0,
 ) -> SpanVerdict:
     """The classic mistake: keep a proposed id only where it is the argmax."""
     for j, tok in enumerate(proposed):
