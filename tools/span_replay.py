@@ -34,8 +34,9 @@ from typing import Any
 
 import torch
 
-from ffwd.engine.backend import CacheBookkeeping, check_rewind
+from ffwd.engine.backend import CacheBookkeeping, CacheState, check_rewind
 from ffwd.engine.cost.surface import CostSurface, Kind, Pricing
+from ffwd.engine.llama.attention import AttentionTable
 
 MAX_TOKENS = 400  # the held-out prompts' output budget
 
@@ -48,7 +49,7 @@ class ReplayBackend(CacheBookkeeping):
 
     engine = "replay"
     device = torch.device("cpu")
-    attention_table = None
+    attention_table: AttentionTable | None = None
     dtype_name = "replay"
     threads = 1
     context_window = 8192
@@ -96,6 +97,12 @@ class ReplayBackend(CacheBookkeeping):
     def keep_prefix(self, ids: list[int]) -> int:
         self.reset()
         return 0
+
+    def save_state(self) -> CacheState:
+        raise NotImplementedError("the replay keeps no prompt cache")
+
+    def load_state(self, state: CacheState) -> None:
+        raise NotImplementedError("the replay keeps no prompt cache")
 
     def prefill(self, ids: list[int]) -> int:
         self.reset()
