@@ -18,8 +18,8 @@ from ffwd.bench.systems.ffwd_http import FfwdHTTP, chat_body
 from ffwd.bench.systems.llama_http import LlamaServerHTTP
 from ffwd.bench.systems.names import (
     ALL_SYSTEMS,
-    QUICK_SYSTEMS,
     EXTRA_SYSTEMS,
+    QUICK_SYSTEMS,
     SPEC_MODES,
     SystemName,
     ffwd_settings,

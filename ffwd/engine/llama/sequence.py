@@ -148,7 +148,7 @@ class LlamaSequence(CacheBookkeeping):
             self._pricing = SequenceCost(base, self._batch_depths)
         return self._pricing
 
-    @property  # type: ignore[override]
+    @property
     def tie_margin(self) -> float:
         return self._shared.tie_margin
 
