@@ -70,10 +70,10 @@ def load_backend(
 
         check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
                      deterministic=deterministic, flash_attn=flash_attn)
-        engine = open_llama(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
-                            log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
-                            n_gpu_layers=n_gpu_layers, deterministic=deterministic,
-                            parallel=parallel)
+        engine: Any = open_llama(
+            ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk, log=llamacpp_log,
+            kv_cache=kv_cache, flash_attn=flash_attn, n_gpu_layers=n_gpu_layers,
+            deterministic=deterministic, parallel=parallel)
         ctx: Any = engine.context  # a LlamaContext
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
@@ -81,9 +81,16 @@ def load_backend(
             device=ctx.device_key, threads=ctx.threads, n_ctx=ctx.n_ctx,
             n_batch=engine.max_append, kv_cache=kv_cache, flash_attn=flash_attn,
             deterministic=deterministic)), measure_cost, progress)
-        engine.tie_margin = margin_for(engine, tie_margin, deterministic)
         sampling_threads(1)  # the engine's thread samples between llama.cpp's forwards
-        return engine
+    else:
+        engine = _load_transformers(ref, dtype, dev, threads, prefill_chunk, measure_cost)
+    engine.tie_margin = margin_for(engine, tie_margin, deterministic)
+    return engine
+
+
+def _load_transformers(ref: ModelRef, dtype: str, dev: Any, threads: int, prefill_chunk: int,
+                       measure_cost: bool) -> Any:
+    """An `HFBackend` of `ref` on `dev`, its cost surface cached or measured."""
     import torch
 
     from ffwd.engine.hf import HFBackend
@@ -94,7 +101,6 @@ def load_backend(
     hf.cost = load_or_measure(hf, cost_curve_path(ref, "transformers", (
         str(model.dtype).removeprefix("torch."), str(hf.device), torch.get_num_threads())),
         measure_cost)
-    hf.tie_margin = margin_for(hf, tie_margin, deterministic)
     return hf
 
 
