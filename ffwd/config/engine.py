@@ -28,10 +28,10 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_PARALLEL       llama.cpp: sequences decoded together, >= 1          4
 #                         (each its own KV cache of FFWD_CONTEXT ids; one
 #                         forward per step carries every running sequence's ids)
-#     FFWD_TIE_MARGIN     greedy verify keeps a draft id whose logit is within   off
+#     FFWD_TIE_MARGIN     greedy verify keeps a draft id whose logit is within   auto
 #                         this of the best: off, auto (the attention path's own
-#                         measured rounding) or logits; never under
-#                         FFWD_DETERMINISTIC
+#                         measured rounding, 0 on an exact path) or logits;
+#                         never under FFWD_DETERMINISTIC
 #
 # Flash attention and the KV cache's type decide which attention kernel llama.cpp
 # runs (ffwd.engine.llama.attention): their speed depends on the machine and the depth, so
@@ -194,7 +194,7 @@ class EngineConfig:
     n_gpu_layers: str | int = "auto"
     deterministic: bool = False
     parallel: int = DEFAULT_PARALLEL
-    tie_margin: TieMargin = "off"
+    tie_margin: TieMargin = "auto"
 
 
 def resolve_engine_config(

@@ -49,7 +49,7 @@ def load_backend(
     n_gpu_layers: str | int = "auto",
     deterministic: bool = False,
     parallel: int = 1,
-    tie_margin: str | float = "off",
+    tie_margin: str | float = "auto",
     tokenizer: Any = None,
     measure_cost: bool = False,
     progress: Callable[[str], None] | None = None,
