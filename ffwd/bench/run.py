@@ -116,8 +116,11 @@ def run_bench(
     fill = resolve_fill_config()
     service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)
     setup = Setup(args, ref, engine, threads, service, limit)
-    everything = QUICK_WORKLOADS if args.quick else WORKLOADS
-    workloads = everything if args.workload == "all" else (args.workload,)
+    workloads: tuple[str, ...]
+    if args.workload is None:  # --quick's first look, else every workload
+        workloads = QUICK_WORKLOADS if args.quick else WORKLOADS
+    else:
+        workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     items = select(workloads, limit, args.seed, _bfcl(args), args.quick, count=setup.count,
                    context=service.context_window)
     prompts = {it.key: service.prepare(chat_request(it, "off")).prompt_ids for it in items}

@@ -26,14 +26,16 @@ from ffwd.bench import report
 from ffwd.bench.contention import alone_in
 from ffwd.bench.run import run_bench
 from ffwd.bench.systems.names import ALL_SYSTEMS, QUICK_SYSTEMS, known_systems, parse_system
-from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
+from ffwd.bench.workloads import DEFAULT_BFCL, QUICK_WORKLOADS, WORKLOADS
 
 DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
 DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
+    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default=None,
+                        help="one workload, or all of them (default all; --quick: "
+                             + ", ".join(QUICK_WORKLOADS) + ")")
     parser.add_argument("--limit", type=int, default=None,
                         help=f"entries per BFCL category, edits and re-quotes, prose questions, "
                              f"agent conversations "
