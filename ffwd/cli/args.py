@@ -117,7 +117,7 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    help="greedy verify keeps a draft id whose logit is within this of the best: "
                    "off, auto (the attention path's own measured rounding, so a repeated "
                    "request follows its earlier reply on a path that is not exact) or logits; "
-                   "never with --deterministic (FFWD_TIE_MARGIN; default: off)")
+                   "never with --deterministic (FFWD_TIE_MARGIN; default: auto)")
 
 
 def _fill_arguments(p: argparse.ArgumentParser) -> None:

@@ -303,12 +303,13 @@ def verify_span(
             if choice[j] != tok and not (tie and _tied(logits[j], tok, choice[j], margin)):
                 return SpanVerdict(j, choice[j])
             continue
-        if tie:
+        if tie:  # greedy with processors: one pass decides the argmax and a tie
             processed = sampler.process(logits[j], history)
-            best = int(processed.argmax())
-            if best != tok and _tied(processed, tok, best, margin):
-                history.append(tok)
-                continue
+            best = sampler._argmax(processed, logits[j], history)
+            if best != tok and not _tied(processed, tok, best, margin):
+                return SpanVerdict(j, best)
+            history.append(tok)
+            continue
         probs = sampler.probs(logits[j], history)
         # Greedy: the argmax. Sampling: the position's own draw, as plain decoding makes it.
         got = int(probs.argmax()) if sampler.greedy else sampler.draw(probs, len(history))
