@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ffwd.bench import concurrency_report, contention, latency
+from ffwd.bench import concurrency_report, contention, latency, spans
 
 # check_targets and default_fill live in ffwd.bench.targets; importers read them here
 from ffwd.bench.systems.names import LLAMA_SERVER
@@ -269,6 +269,25 @@ def attention_lines(env: Mapping[str, Any]) -> list[str]:
             *env["attention"], "```", *promise]
 
 
+def optional_sections(results: Mapping[str, Any]) -> list[str]:
+    """The report's sections of the rows and workloads that ran (span lengths, prefill,
+    contention, concurrency)."""
+    out: list[str] = []
+    span_lines = spans.markdown(results.get("runs") or [])
+    if span_lines:
+        out += ["", "## Span lengths", "", *span_lines]
+    if results.get("prefill"):
+        out += ["", "## Prefill: time to first token", "", latency.EXPLAIN, "",
+                *latency.markdown(results["prefill"])]
+    if results.get("contention"):
+        out += ["", "## Contention: decode beside other work", "",
+                *contention.markdown(results["contention"])]
+    if results.get("concurrency"):
+        out += ["", "## Concurrency: many clients at once", "",
+                *concurrency_report.markdown(results["concurrency"])]
+    return out
+
+
 def render_markdown(results: Mapping[str, Any]) -> str:
     env, settings = results["environment"], results["settings"]
     summary, sp = results["summary"], results["speedups"]
@@ -301,15 +320,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         *(main_table(summary, sp) if summary else ["No decode workload ran."]),
         *peer_sections(summary),
     ]
-    if results.get("prefill"):
-        lines += ["", "## Prefill: time to first token", "", latency.EXPLAIN, "",
-                  *latency.markdown(results["prefill"])]
-    if results.get("contention"):
-        lines += ["", "## Contention: decode beside other work", "",
-                  *contention.markdown(results["contention"])]
-    if results.get("concurrency"):
-        lines += ["", "## Concurrency: many clients at once", "",
-                  *concurrency_report.markdown(results["concurrency"])]
+    lines += optional_sections(results)
     if results.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(f"`{k}`: {v}" for k, v in results["skipped"].items())]
     lines += ["", "## Speedups", *speedup_tables(sp)] if sp else []

@@ -42,7 +42,7 @@ from ffwd.bench.systems.names import (
 )
 from ffwd.bench.systems.servers import ChildServer
 from ffwd.bench.targets import repeat_targets
-from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS, Item
+from ffwd.bench.workloads import DEFAULT_BFCL, QUICK_WORKLOADS, WORKLOADS, Item
 
 
 def schedule(per_item: Sequence[Sequence[str]], repeats: int) -> list[tuple[int, int, str]]:
@@ -66,7 +66,7 @@ def record(item: Item, system: str, repeat: int, o: Outcome, prompt_ids: int) ->
         "first_token_seconds": round(o.first_token_seconds, 4),
         "forward_calls": o.forward_calls, "injected": o.injected,
         "verify_accepted": o.verify_accepted, "verify_rejected": o.verify_rejected,
-        "origins": o.origins, "first_span": o.first_span,
+        "origins": o.origins, "first_span": o.first_span, "spans": o.spans,
         # items whose next step is a call (every tools item, the agent's call turns)
         "parsed": parses(o, item) if item.single_call else None,
     }
@@ -116,7 +116,11 @@ def run_bench(
     fill = resolve_fill_config()
     service = ModelService(backend, tokenizer, ref.name, fill, prompt_cache_bytes=0)
     setup = Setup(args, ref, engine, threads, service, limit)
-    workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+    workloads: tuple[str, ...]
+    if args.workload is None:  # --quick's first look, else every workload
+        workloads = QUICK_WORKLOADS if args.quick else WORKLOADS
+    else:
+        workloads = WORKLOADS if args.workload == "all" else (args.workload,)
     items = select(workloads, limit, args.seed, _bfcl(args), args.quick, count=setup.count,
                    context=service.context_window)
     prompts = {it.key: service.prepare(chat_request(it, "off")).prompt_ids for it in items}
@@ -329,7 +333,8 @@ def _bound(tokenizer: Any, fmt: str, bfcl: Sequence[str], limit: int) -> dict[st
 
 
 def _bfcl(args: argparse.Namespace) -> tuple[str, ...]:
-    return tuple(args.bfcl or DEFAULT_BFCL)
+    """The BFCL categories asked for; --quick takes the first default one."""
+    return tuple(args.bfcl or (DEFAULT_BFCL[:1] if args.quick else DEFAULT_BFCL))
 
 
 

@@ -113,6 +113,11 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-gpu-layers", default=None,
                    help="llama.cpp: layers offloaded to the GPU, auto|all|N (FFWD_N_GPU_LAYERS; "
                    "default: auto = all where the build can offload, else none)")
+    p.add_argument("--tie-margin", default=None,
+                   help="greedy verify keeps a draft id whose logit is within this of the best: "
+                   "off, auto (the attention path's own measured rounding, so a repeated "
+                   "request follows its earlier reply on a path that is not exact) or logits; "
+                   "never with --deterministic (FFWD_TIE_MARGIN; default: auto)")
 
 
 def _fill_arguments(p: argparse.ArgumentParser) -> None:
@@ -190,7 +195,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
         "threads": args.threads, "context": args.context, "kv_cache": args.kv_cache,
         "flash_attn": args.flash_attn,
         "n_gpu_layers": args.n_gpu_layers, "deterministic": args.deterministic,
-        "parallel": args.parallel,
+        "parallel": args.parallel, "tie_margin": args.tie_margin,
     })
     check_limits(args.max_queue, args.prompt_cache_bytes, args.port, args.max_body_bytes)
     return fill, engine

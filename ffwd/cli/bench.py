@@ -25,21 +25,24 @@ from pathlib import Path
 from ffwd.bench import report
 from ffwd.bench.contention import alone_in
 from ffwd.bench.run import run_bench
-from ffwd.bench.systems.names import ALL_SYSTEMS, known_systems, parse_system
-from ffwd.bench.workloads import DEFAULT_BFCL, WORKLOADS
+from ffwd.bench.systems.names import ALL_SYSTEMS, QUICK_SYSTEMS, known_systems, parse_system
+from ffwd.bench.workloads import DEFAULT_BFCL, QUICK_WORKLOADS, WORKLOADS
 
 DEFAULT_LIMIT, QUICK_LIMIT = 4, 1
 DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default="all")
+    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default=None,
+                        help="one workload, or all of them (default all; --quick: "
+                             + ", ".join(QUICK_WORKLOADS) + ")")
     parser.add_argument("--limit", type=int, default=None,
                         help=f"entries per BFCL category, edits and re-quotes, prose questions, "
                              f"agent conversations "
                              f"(default {DEFAULT_LIMIT}; --quick {QUICK_LIMIT})")
-    parser.add_argument("--systems", default=",".join(ALL_SYSTEMS),
-                        help="comma-separated, from: " + known_systems()
+    parser.add_argument("--systems", default=None,
+                        help=f"comma-separated (default {', '.join(ALL_SYSTEMS)}; --quick "
+                             f"{', '.join(QUICK_SYSTEMS)}), from: " + known_systems()
                         + " (an ffwd system may name its engine, ffwd-off:transformers, "
                         "llama.cpp's KV cache type, ffwd-off:kv-f16, or the exact mode, "
                         "ffwd-echo:deterministic (ffwd serve --deterministic); "
@@ -62,7 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0,
                         help="threads of every system (0: torch's default)")
     parser.add_argument("--quick", action="store_true",
-                        help="a small slice with short outputs (a few minutes)")
+                        help="a first look in a few minutes: one item of each decode workload "
+                             "with short outputs, once, on the --quick systems")
     parser.add_argument("--parallel", default=None, metavar="N[,N...]",
                         help="the concurrency row: ffwd serve --parallel N beside llama-server "
                              "-np N, for each N (default: ffwd's default)")
@@ -74,7 +78,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     try:
-        names = _system_names(args.systems)
+        names = _system_names(args.systems or ",".join(QUICK_SYSTEMS if args.quick
+                                                       else ALL_SYSTEMS))
         limit = args.limit or (QUICK_LIMIT if args.quick else DEFAULT_LIMIT)
         repeats = args.repeats or (QUICK_REPEATS if args.quick else DEFAULT_REPEATS)
         if limit < 1 or repeats < 1:

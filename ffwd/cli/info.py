@@ -40,6 +40,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the exact path: bit-identical greedy output (FFWD_DETERMINISTIC)")
     p.add_argument("--n-gpu-layers", default=None,
                    help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
+    p.add_argument("--tie-margin", default=None,
+                   help="greedy verify's tie margin: off|auto|logits (FFWD_TIE_MARGIN)")
     p.add_argument("--tool-format", default=None,
                    help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -56,7 +58,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
         "threads": args.threads, "kv_cache": args.kv_cache, "n_gpu_layers": args.n_gpu_layers,
         "flash_attn": args.flash_attn, "context": args.context,
-        "deterministic": args.deterministic})
+        "deterministic": args.deterministic, "tie_margin": args.tie_margin})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
     ref = resolve_model(args.model)
     device = pick_device(engine.device)
@@ -97,6 +99,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "fill_trace": fill.trace_path or ("checks only" if fill.trace else "off"),
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
+        "tie_margin": _tie_margin(engine.tie_margin, costs.get("margin")),
         "parallel": _parallel(backend, engine, window),
         **(_native(ref, engine) if backend == "llamacpp" else {"cpu": _cpu()}),
     }
@@ -214,7 +217,8 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
                     "attention": later, "surface": later}
         chosen = table.paths[table.chosen].surface
         return {"dtype": _llama_dtype(table.chosen), "attention": table.describe(window),
-                "surface": f"{chosen.describe()} ({path})"}
+                "surface": f"{chosen.describe()} ({path})",
+                "margin": table.paths[table.chosen].margin}
     dtype = str(torch_dtype(engine.dtype, device)).removeprefix("torch.")
     dev = device if device == "cpu" or ":" in device else f"{device}:0"
     path = cost_curve_path(ref, "transformers", (dtype, dev, threads))
@@ -222,6 +226,30 @@ def _costs(ref: Any, backend: str, engine: Any, device: str, window: int) -> dic
     found = f"{surface.describe()} ({path})" if surface is not None else \
         f"not measured yet: the first load measures it into {path}"
     return {"dtype": dtype, "attention": None, "surface": found}
+
+
+def _tie_margin(setting: str | float, measured: float | None) -> str:
+    """What FFWD_TIE_MARGIN changes here (`measured`: the chosen path's rounding, None
+    before the first load measured it).
+
+    >>> _tie_margin("off", 0.4)[:3], _tie_margin("auto", None)[:4], _tie_margin(0.2, 0.0)[:4]
+    ('off', 'auto', '0.20')
+    """
+    from ffwd.models.load import tie_margin_of
+
+    if setting == "off":
+        return ("off: a greedy verify keeps a draft id only where it is the argmax "
+                "(FFWD_TIE_MARGIN=auto keeps ties within the attention path's rounding)")
+    what = ("a greedy verify also keeps a draft id whose logit is within {} logits of the "
+            "best: on this path a verify and one-id forwards round that far apart, so a "
+            "repeated request follows its earlier reply; greedy output may differ from plain "
+            "decoding at such ties (never under --deterministic)")
+    if measured is None and setting == "auto":
+        return "auto: " + what.format("the path's measured rounding (measured at first load)")
+    margin = tie_margin_of(setting, measured or 0.0)
+    if margin == 0.0:
+        return f"{setting}: 0 here (the chosen path rounded every forward alike)"
+    return f"{margin:.2f} ({setting}): " + what.format(f"{margin:.2f}")
 
 
 def _llama_dtype(path: str) -> str:

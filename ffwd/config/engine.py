@@ -28,6 +28,10 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 #     FFWD_PARALLEL       llama.cpp: sequences decoded together, >= 1          4
 #                         (each its own KV cache of FFWD_CONTEXT ids; one
 #                         forward per step carries every running sequence's ids)
+#     FFWD_TIE_MARGIN     greedy verify keeps a draft id whose logit is within   auto
+#                         this of the best: off, auto (the attention path's own
+#                         measured rounding, 0 on an exact path) or logits;
+#                         never under FFWD_DETERMINISTIC
 #
 # Flash attention and the KV cache's type decide which attention kernel llama.cpp
 # runs (ffwd.engine.llama.attention): their speed depends on the machine and the depth, so
@@ -39,6 +43,13 @@ from ffwd.values import Parser, SettingError, choice, flag, int_in, parse_settin
 # blocks, and bf16 is timed beside it), which keeps every forward on the per-row
 # kernel (ffwd.bench.agreement), the transformers engine float32 on the CPU, and
 # llama.cpp on the CPU: it costs prefill time (README's performance section).
+#
+# FFWD_TIE_MARGIN: on a path that is not exact, a verify forward and one-id forwards round
+# the logits apart, so at a near-tie a repeated greedy request can leave the reply it wrote
+# before and recall's copy of it fails from there on. A draft id within the path's own
+# rounding of the best logit is a tie the kernels cannot break either way; with a margin
+# the draft is kept (docs/ngram-mod.md has the measurement). It changes greedy output at
+# such ties only, and is 0 on an exact path and under FFWD_DETERMINISTIC.
 #
 # FFWD_PARALLEL: requests run side by side in one llama.cpp context (ffwd.engine.core.batch).
 # The default is what measured best on two CPU cores with the embedded model (README's
@@ -68,6 +79,27 @@ KV_CACHES: tuple[KvCache, ...] = ("auto", "q8_0", "f16", "bf16")
 BackendKind = Literal["auto", "llamacpp", "transformers"]
 BACKENDS: tuple[BackendKind, ...] = ("auto", "llamacpp", "transformers")
 resolve_backend: Callable[[object], BackendKind] = choice("FFWD_BACKEND", BACKENDS)
+
+
+TieMargin = str | float  # "off", "auto" or logits
+
+
+def resolve_tie_margin(raw: object) -> TieMargin:
+    """off (or 0), auto or a number of logits >= 0; raise naming FFWD_TIE_MARGIN otherwise.
+
+    >>> [resolve_tie_margin(v) for v in (None, "auto", "0", "0.25", 0.5)]
+    ['off', 'auto', 'off', 0.25, 0.5]
+    """
+    s = raw.strip().lower() if isinstance(raw, str) else raw
+    if s in (None, "", "off", "auto"):
+        return s or "off"
+    try:
+        value = float(s) if isinstance(s, (str, int, float)) and not isinstance(s, bool) else -1
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 100:
+        raise SettingError("FFWD_TIE_MARGIN", raw, "off, auto or logits from 0 to 100")
+    return value or "off"
 
 
 def resolve_gpu_layers(raw: object) -> str | int:
@@ -142,6 +174,7 @@ _ENGINE_SETTINGS: dict[str, tuple[str, Parser]] = {
     "n_gpu_layers": ("FFWD_N_GPU_LAYERS", resolve_gpu_layers),
     "deterministic": ("FFWD_DETERMINISTIC", flag("FFWD_DETERMINISTIC")),
     "parallel": ("FFWD_PARALLEL", int_in("FFWD_PARALLEL", 1, 256)),
+    "tie_margin": ("FFWD_TIE_MARGIN", resolve_tie_margin),
 }
 
 
@@ -161,6 +194,7 @@ class EngineConfig:
     n_gpu_layers: str | int = "auto"
     deterministic: bool = False
     parallel: int = DEFAULT_PARALLEL
+    tie_margin: TieMargin = "auto"
 
 
 def resolve_engine_config(
@@ -186,8 +220,12 @@ def exact(engine: EngineConfig) -> EngineConfig:
     if engine.dtype in ("bfloat16", "float16"):
         raise SettingError("FFWD_DTYPE", engine.dtype, "auto or float32",
                            f"{why} float32 weights (auto), not {engine.dtype}")
+    if engine.tie_margin not in ("off", "auto"):
+        raise SettingError("FFWD_TIE_MARGIN", engine.tie_margin, "off or auto",
+                           f"{why} every draft id checked exactly: a tie margin keeps ids "
+                           "that are not the argmax")
     if engine.device.startswith("cuda") or engine.n_gpu_layers not in ("auto", 0):
         raise SettingError("FFWD_DEVICE", engine.device, "cpu",
                            f"{why} the CPU: GPU kernels are chosen by batch shape (FFWD_DEVICE="
                            f"{engine.device}, FFWD_N_GPU_LAYERS={engine.n_gpu_layers})")
-    return replace(engine, dtype="float32", device="cpu", n_gpu_layers=0)
+    return replace(engine, dtype="float32", device="cpu", n_gpu_layers=0, tie_margin="off")

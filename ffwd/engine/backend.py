@@ -29,7 +29,9 @@ Contract
   context runs; `pricing` is what the decode loop sizes verify spans with at
   the depth they run at (the surface, or this sequence's share of a batched
   step). `attention_table` is what the loader timed to choose llama.cpp's
-  attention path (None elsewhere).
+  attention path (None elsewhere). `tie_margin` is how far below the best
+  logit a greedy verify still keeps a draft id (0.0: exactly the argmax;
+  `ffwd.config.engine`'s FFWD_TIE_MARGIN, set by the loader).
 * `engine`, `device`, `dtype_name`, `threads` and `context_window` say what the
   model runs as (`ffwd info`, the start-up banner, the server's limits).
 * `context` is what the backend's sequence shares its model and forwards with
@@ -83,6 +85,7 @@ class Backend(Protocol):
     engine: str  # "llama.cpp" or "transformers"
     cost: CostSurface | None
     attention_table: AttentionTable | None
+    tie_margin: float
 
     @property
     def device(self) -> torch.device: ...
@@ -239,6 +242,7 @@ class CacheBookkeeping:
     ``_forward_calls``, ``_last`` (the last logits row; None after a reset or a
     rewind); and `mark`/`undo` on top of the engine's rewind and checkpoint."""
 
+    tie_margin: float = 0.0  # greedy verify keeps exactly the argmax unless the loader says
     _vocab: int
     _eos: frozenset[int]
     _max_append: int

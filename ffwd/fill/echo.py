@@ -38,7 +38,9 @@ from dataclasses import dataclass
 
 from ffwd.fill.proposal import Proposal, TokenView
 
-RUN_CAP = 64  # the run a proposal reports is measured this far back at most
+# The run a proposal reports is measured this far back at most: far enough to tell a
+# request sent again (its whole prompt matches) from a long quote (`ffwd.fill.spans`).
+RUN_CAP = 256
 # A match this long (ids) is strong evidence: occurrences that match the present less far
 # back do not veto its copy where they fork (llama.cpp's ngram-mod keys on 24 ids).
 STRONG = 16
@@ -180,16 +182,19 @@ class EchoSource:
         # The walk stops at max_span; the session applies the budget so that
         # it can count the cut.
         limit = self.config.max_span
+        # An occurrence whose continuation reaches the present drops out there, unless the
+        # history already repeats with its period (a loop): then it goes on as the span does.
+        loops = {s for s in starts if end + 1 - s <= limit
+                 and self._run(end, s, end + 1 - s) == end + 1 - s}
         span: list[int] = []
         branch_stop = False
         while len(span) < limit:
             j = len(span)
-            # Occurrences whose continuation runs past the present drop out.
-            starts = [s for s in starts if s + j <= end]
+            starts = [s for s in starts if s + j <= end or s in loops]
             if not starts:
                 break
-            nxt = self.at(starts[0] + j)
-            if any(self.at(s + j) != nxt for s in starts[1:]):
+            nxt = self._next(starts[0] + j, span)
+            if any(self._next(s + j, span) != nxt for s in starts[1:]):
                 branch_stop = True
                 break
             span.append(nxt)
@@ -199,6 +204,11 @@ class EchoSource:
             return None
         run = self._run(end, starts_0)
         return Proposal(tuple(span), "verify", "echo", branch_stop=branch_stop, run=run)
+
+    def _next(self, pos: int, span: Sequence[int]) -> int:
+        """The id at absolute position `pos`: the history's, or past the present the span's
+        (the span follows the id just observed)."""
+        return self.at(pos) if pos < self.length else span[pos - self.length]
 
     def _run(self, end: int, start: int, cap: int = RUN_CAP) -> int:
         """How many ids before `end` (inclusive) equal those before `start` (exclusive),

@@ -83,6 +83,9 @@ class FillStats:
     backoffs: int = 0  # times a copy source was paused: its verifies kept failing
     backed_off: int = 0  # copy proposals dropped while their source was paused
     merged: int = 0  # spans where a copy extended determined ids (one forward for both)
+    # Every verify proposal, in order: (origin, run, proposed, forwarded, kept) counting the
+    # copied ids only (a head's determined ids are not); declined ones forwarded 0.
+    verify_spans: list[tuple[str, int, int, int, int]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, object]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -271,6 +274,8 @@ class FillSession:
             size = len(proposal.ids)
             checked = size if tested is None else max(n, min(tested, size))
             tried, kept = max(0, checked - head), max(0, n - head)
+            st.verify_spans.append((proposal.origin, proposal.run + head, size - head, tried,
+                                    kept))
             st.verify_accepted += kept
             st.verify_rejected += tried - kept
             self._book.verified(proposal.origin, tried, kept, proposal.run + head)
@@ -310,6 +315,8 @@ class FillSession:
         self._pending = None
         self.stats.declined += 1
         head = proposal.head
+        self.stats.verify_spans.append((proposal.origin, proposal.run + head,
+                                        len(proposal.ids) - head, 0, 0))
         self._book.declined(proposal.origin, proposal.ids[head:], proposal.run + head)
 
     def note_verify_event(self, checkpoint_ms: float = 0.0) -> None:

@@ -47,24 +47,25 @@ from dataclasses import dataclass
 Cost = Callable[[int], float]  # ms for one forward of m ids
 
 # Acceptance is estimated by the copy's run length (`run_bucket`: 0, 1, 2-3, 4-7,
-# 8-15, 16-31, 32-63, 64 and more ids already matching the copied passage), not by
-# the position in the span: a copy that has gone on for long tends to go on. The
-# prior a request starts from, per source and run bucket (the last value holds past
-# the end), follows `python -m tools.acceptance --k 3 --candidates 8 --max-span
-# 32 --limit 3` on the embedded model: kept at runs 2-3, 4-7, 8-15, 16-31, 32-63,
-# 64+: 0.63, 0.75, 0.90, 0.95, 0.99, 0.99 pooled, 0.58, 0.64, 0.75 on tool requests.
-# It starts between the two, as an optimistic start costs forwards before it learns.
-# Recall indexes whole requests, so its run counts the prompt: 64 ids matching an
-# earlier request right up to the present is that request again (a repeat, the same
-# file re-read), where greedy decoding writes the same ids but at rounding near-ties
-# (README: 4.6 flips per 1000 ids on the default engine); it starts at 0.99 there.
-# These are only where a server starts: what it sees moves them (`SharedAcceptance`).
+# 8-15, 16-31, 32-63, 64-127, 128-255, 256 and more ids already matching the copied
+# passage), not by the position in the span: a copy that has gone on for long tends to go
+# on. The prior a request starts from, per source and run bucket (the last value holds
+# past the end), follows `python -m tools.acceptance --k 3 --candidates 8 --max-span 32
+# --limit 3` on the embedded model: kept at runs 2-3, 4-7, 8-15, 16-31, 32-63, 64+: 0.63,
+# 0.75, 0.90, 0.95, 0.99, 0.99 pooled, 0.58, 0.64, 0.75 on tool requests. It starts
+# between the two, as an optimistic start costs forwards before it learns. Recall
+# indexes whole requests, so its run counts the prompt: 256 ids matching an earlier
+# request right up to the present is that request again (a repeat, the same file
+# re-read), whose greedy reply is the earlier one id for id on an exact attention path;
+# it starts at 0.999 there, so a repeat's first span is as long as the price says. These
+# are only where a server starts: what it sees moves them (`SharedAcceptance`), and each
+# request's own evidence lifts or lowers them (`AcceptanceBook`).
 PRIORS: dict[str, tuple[float, ...]] = {
     "echo": (0.5, 0.5, 0.55, 0.65, 0.8, 0.9, 0.95, 0.97),
-    "recall": (0.4, 0.4, 0.45, 0.55, 0.7, 0.85, 0.9, 0.99),
+    "recall": (0.4, 0.4, 0.45, 0.55, 0.7, 0.85, 0.9, 0.99, 0.995, 0.999),
 }
 DEFAULT_PRIOR: tuple[float, ...] = (0.5,)
-RUN_BUCKETS = 8
+RUN_BUCKETS = 10
 
 
 def prior_for(origin: str) -> tuple[float, ...]:
@@ -72,10 +73,10 @@ def prior_for(origin: str) -> tuple[float, ...]:
 
 
 def run_bucket(run: int) -> int:
-    """The bucket of a run length: 0, 1, 2-3, 4-7, ... 64 and more.
+    """The bucket of a run length: 0, 1, 2-3, 4-7, ... 128-255, 256 and more.
 
-    >>> [run_bucket(r) for r in (0, 1, 2, 3, 4, 9, 40, 500)]
-    [0, 1, 2, 2, 3, 4, 6, 7]
+    >>> [run_bucket(r) for r in (0, 1, 2, 3, 4, 9, 40, 100, 200, 500)]
+    [0, 1, 2, 2, 3, 4, 6, 7, 8, 9]
     """
     return min(RUN_BUCKETS - 1, max(0, run).bit_length())
 
@@ -152,7 +153,9 @@ def _rate(accept: Sequence[float], j: int) -> float:
     return min(1.0, max(0.0, accept[min(j, len(accept) - 1)]))
 
 
-POINTS = (1, 2, 4, 8, 16, 32)  # the span lengths a cost curve is measured at
+# The span lengths a cost curve is measured at: up to the longest span fill forwards
+# (`FillConfig.max_span`, 64), so a long copy is priced on a timed forward.
+POINTS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def chunk_sizes(n: int, cost: Cost, limit: int, points: Sequence[int] = POINTS) -> list[int]:

@@ -32,11 +32,16 @@ class TraceRecord:
     proposed_text: str | None = None
     actual_text: str | None = None
     # What the span policy decided: assert | combined | probe | declined | unsupported,
-    # how many ids it forwarded, and the expected ids and ms it weighed.
+    # how many ids it forwarded, and the expected ids and ms it weighed: `expected_ms` is
+    # the price of the plan's forwards (the sampled id and `chosen` ids together, at the
+    # cache's depth, on the measured cost surface times its running level), `plain_ms`
+    # a plain one-id step's on the same scale (declining wins unless ids per ms beat it).
     decision: str = "assert"
+    run: int = 0  # a copy's evidence: ids before the span that match the copied passage
     chosen: int = 0
     expected_ids: float | None = None
     expected_ms: float | None = None
+    plain_ms: float | None = None
     ts: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="milliseconds"))
 
     @property
@@ -53,9 +58,9 @@ class TraceRecord:
         d["proposed_len"] = self.proposed_len
         d["first_mismatch"] = self.first_mismatch
         order = (
-            "ts", "origin", "policy", "decision", "generated", "proposed_len", "chosen",
-            "accepted", "first_mismatch", "expected_ids", "expected_ms", "proposed", "actual",
-            "proposed_text", "actual_text",
+            "ts", "origin", "policy", "decision", "generated", "run", "proposed_len", "chosen",
+            "accepted", "first_mismatch", "expected_ids", "expected_ms", "plain_ms", "proposed",
+            "actual", "proposed_text", "actual_text",
         )
         return json.dumps({k: d[k] for k in order}, ensure_ascii=False)
 

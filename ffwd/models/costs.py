@@ -25,7 +25,9 @@ from ffwd.models.cache import read_cached, read_json, write_json
 from ffwd.models.files import ModelRef
 
 log = logging.getLogger("ffwd.models")
-SCHEMA = 2  # the cached files' layout (2: surfaces by depth, attention tables)
+# The cached files' layout (2: surfaces by depth, attention tables; 3: timed at 64 ids,
+# each path's rounding margin).
+SCHEMA = 3
 
 
 def cost_curve_path(ref: ModelRef, backend: str, parts: Sequence[object]) -> Path:

@@ -49,6 +49,7 @@ def load_backend(
     n_gpu_layers: str | int = "auto",
     deterministic: bool = False,
     parallel: int = 1,
+    tie_margin: str | float = "auto",
     tokenizer: Any = None,
     measure_cost: bool = False,
     progress: Callable[[str], None] | None = None,
@@ -56,11 +57,11 @@ def load_backend(
     """The engine for `spec`: the first sequence of a `LlamaContext` of `parallel` (its
     `context`: the rest) or an `HFBackend` of one (`choose_backend`).
 
-    On llama.cpp the GGUF file runs as it is (no float32 copy) and, when
-    `tokenizer` is given, must share its vocabulary (`check_vocab`). Its cost
-    surface (and on llama.cpp the attention path, `ffwd.engine.llama.attention`) comes
-    from the cache unless `measure_cost` asks for a new measurement; `progress`
-    hears what a measurement is doing. `deterministic` takes the exact path.
+    On llama.cpp the GGUF file runs as it is (no float32 copy) and, when `tokenizer` is
+    given, must share its vocabulary (`check_vocab`). Its cost surface (and on llama.cpp
+    the attention path, `ffwd.engine.llama.attention`) comes from the cache unless
+    `measure_cost` asks for a new measurement; `progress` hears what a measurement is
+    doing. `deterministic` takes the exact path; `tie_margin`: `margin_for`.
     """
     ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
     dev = pick_device(device)
@@ -69,10 +70,10 @@ def load_backend(
 
         check_engine(ref, threads=threads, kv_cache=kv_cache, n_gpu_layers=n_gpu_layers,
                      deterministic=deterministic, flash_attn=flash_attn)
-        engine = open_llama(ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk,
-                            log=llamacpp_log, kv_cache=kv_cache, flash_attn=flash_attn,
-                            n_gpu_layers=n_gpu_layers, deterministic=deterministic,
-                            parallel=parallel)
+        engine: Any = open_llama(
+            ref.path, n_ctx=context, threads=threads, n_batch=prefill_chunk, log=llamacpp_log,
+            kv_cache=kv_cache, flash_attn=flash_attn, n_gpu_layers=n_gpu_layers,
+            deterministic=deterministic, parallel=parallel)
         ctx: Any = engine.context  # a LlamaContext
         if tokenizer is not None:
             check_vocab(engine, tokenizer, ref.name)
@@ -81,7 +82,15 @@ def load_backend(
             n_batch=engine.max_append, kv_cache=kv_cache, flash_attn=flash_attn,
             deterministic=deterministic)), measure_cost, progress)
         sampling_threads(1)  # the engine's thread samples between llama.cpp's forwards
-        return engine
+    else:
+        engine = _load_transformers(ref, dtype, dev, threads, prefill_chunk, measure_cost)
+    engine.tie_margin = margin_for(engine, tie_margin, deterministic)
+    return engine
+
+
+def _load_transformers(ref: ModelRef, dtype: str, dev: Any, threads: int, prefill_chunk: int,
+                       measure_cost: bool) -> Any:
+    """An `HFBackend` of `ref` on `dev`, its cost surface cached or measured."""
     import torch
 
     from ffwd.engine.hf import HFBackend
@@ -93,6 +102,30 @@ def load_backend(
         str(model.dtype).removeprefix("torch."), str(hf.device), torch.get_num_threads())),
         measure_cost)
     return hf
+
+
+def margin_for(backend: Any, setting: str | float, deterministic: bool) -> float:
+    """The tie margin `setting` gives `backend` (auto: its attention path's measured
+    rounding, 0 where none was measured); 0 under `deterministic`."""
+    table = backend.attention_table
+    measured = table.paths[table.chosen].margin if table is not None else 0.0
+    return 0.0 if deterministic else tie_margin_of(setting, measured)
+
+
+# auto: this many times the most a path's rounding moved a near-tie in the load's sample
+# (`ffwd.engine.cost.measure.measure_margin`), as a sample's largest is not the largest.
+MARGIN_HEADROOM = 1.5
+
+
+def tie_margin_of(setting: str | float, measured: float) -> float:
+    """The margin `setting` (off, auto or logits) gives where the path measured `measured`.
+
+    >>> tie_margin_of("off", 0.4), tie_margin_of("auto", 0.4), tie_margin_of(0.1, 0.4)
+    (0.0, 0.6000000000000001, 0.1)
+    """
+    if setting == "off":
+        return 0.0
+    return MARGIN_HEADROOM * measured if setting == "auto" else float(setting)
 
 
 def sampling_threads(threads: int) -> None:

@@ -11,7 +11,7 @@ import ffwd.models.costs
 from ffwd.engine.cost.measure import measure
 from ffwd.engine.cost.surface import CostSurface, flat
 from ffwd.engine.llama.threads import Contention
-from ffwd.fill.spans import Undo, choose_span
+from ffwd.fill.spans import POINTS, Undo, choose_span
 from ffwd.models import load_or_measure, read_cost_curve
 from tests.engine.tiny_models import tiny_backend
 
@@ -20,8 +20,8 @@ def test_measure_covers_every_point_and_leaves_the_cache_empty() -> None:
     b = tiny_backend("llama")
     surface = measure(b, context=16, repeats=1, depths=())
     assert surface.depths == [16]
-    assert sorted(surface.rows[16]) == [1, 2, 4, 8, 16, 32]
-    assert sorted(surface.last[16]) == [1, 2, 4, 8, 16, 32, b.max_append]  # a prefill chunk
+    assert sorted(surface.rows[16]) == list(POINTS)  # up to the longest span fill forwards
+    assert sorted(surface.last[16]) == sorted({*POINTS, b.max_append})  # and a prefill chunk
     assert all(ms > 0 for by_m in (surface.rows, surface.last) for ms in by_m[16].values())
     assert surface.undo == Undo() and surface.max_append == b.max_append
     assert b.cache_len == 0

@@ -119,6 +119,23 @@ def test_greedy_verify_span_keeps_the_argmax_prefix() -> None:
     assert verify_span(rows, [0, 0], biased) == SpanVerdict(2, 0)
 
 
+def test_a_tie_margin_keeps_near_ties_only_and_only_when_greedy() -> None:
+    # Row j: the argmax is id 0 at 2.0, id 1 trails it by 0.3 and id 2 by 1.5.
+    rows = torch.tensor([[2.0, 1.7, 0.5, -float("inf")]] * 3)
+    greedy = Sampler(SamplingParams())
+    assert verify_span(rows, [1, 1], greedy) == SpanVerdict(0, 0)  # exact: the argmax only
+    assert verify_span(rows, [1, 1], greedy, margin=0.4) == SpanVerdict(2, 0)  # a near-tie
+    assert verify_span(rows, [1, 2], greedy, margin=0.4) == SpanVerdict(1, 0)  # 1.5 behind
+    assert verify_span(rows, [3], greedy, margin=9.0) == SpanVerdict(0, 0)  # never -inf
+    # Through the processors too (a logit bias makes id 2 the near-tie).
+    biased = Sampler(SamplingParams(logit_bias={2: 1.3}))
+    assert verify_span(rows, [2], biased, margin=0.4) == SpanVerdict(1, 0)
+    # Sampling keeps exactly its own draws: the margin does not apply.
+    sampled = Sampler(SamplingParams(temperature=1.0, seed=3))
+    plain = verify_span(rows, [1, 1], sampled)
+    assert verify_span(rows, [1, 1], sampled, margin=0.4) == plain
+
+
 # --- losslessness ----------------------------------------------------------------
 
 VOCAB = 5
@@ -179,7 +196,8 @@ def _p_value(counts: Counter, exact: dict[tuple[int, int], float], runs: int) ->
 
 
 def _argmax_acceptance(
-    logits: torch.Tensor, proposed: Sequence[int], sampler: Sampler, generated: Sequence[int] = ()
+    logits: torch.Tensor, proposed: Sequence[int], sampler: Sampler, generated: Sequence[int] = (),
+    margin: float = 0.0,
 ) -> SpanVerdict:
     """The classic mistake: keep a proposed id only where it is the argmax."""
     for j, tok in enumerate(proposed):

@@ -1,6 +1,6 @@
-"""`ffwd bench --quick --limit 1` end to end on the embedded model (no timing asserted):
-ffwd in both modes and the native llama-server over HTTP, transformers in process, every
-workload (the prefill rows and the contention row included)."""
+"""`ffwd bench --quick --workload all --limit 1` end to end on the embedded model (no
+timing asserted): ffwd in both modes and the native llama-server over HTTP, transformers
+in process, every workload (the prefill rows and the contention row included)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def test_quick_bench_writes_results_report_and_plot(tmp_path: Path) -> None:
     # One thread, and the exact mode beside the default: under --deterministic fill never
     # changes greedy output. One speculating llama-server of the four
     # (tests/integration/test_llama_server_spec.py starts each), to keep this run short.
-    rc = ffwd_main(["bench", "--quick", "--limit", "1", "--bfcl", "simple_python",
+    rc = ffwd_main(["bench", "--quick", "--workload", "all", "--limit", "1", "--bfcl",
+                    "simple_python",
                     "--threads", "1", "--systems", ",".join(SYSTEMS), "--out", str(out)])
     assert rc == 0
     results = json.loads((out / "results.json").read_text())

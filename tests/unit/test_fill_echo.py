@@ -72,9 +72,22 @@ def test_delimiter_ends_the_walk_inclusive() -> None:
 def test_only_the_nearest_candidates_are_walked() -> None:
     # "1 2" occurred three times before the present: followed by 7, then 9, then 9.
     hist = [1, 2, 7, 1, 2, 9, 1, 2, 9, 1, 2]
-    p = echo(hist, max_candidates=2).propose(View())  # the nearest two agree
-    assert p is not None and p.ids == (9, 1, 2, 9, 1, 2) and not p.branch_stop
+    p = echo(hist, max_candidates=2, max_span=12).propose(View())  # the nearest two agree
+    # ... up to the present; past it the nearest goes on alone, as the history repeats
+    # "9 1 2" (a loop of period 3) at least once: see the next test.
+    assert p is not None and p.ids == (9, 1, 2) * 4 and not p.branch_stop
     assert echo(hist, max_candidates=3).propose(View()) is None  # the oldest forks at once
+
+
+def test_a_loop_is_copied_past_the_present() -> None:
+    # The history repeats "5 6 7" twice before the present: the copy of the nearest
+    # occurrence runs into the present and goes on as the span itself does.
+    p = echo([9, 5, 6, 7, 5, 6, 7, 5, 6], max_candidates=1, max_span=8).propose(View())
+    assert p is not None and p.ids == (7, 5, 6, 7, 5, 6, 7, 5) and not p.branch_stop
+    # An occurrence whose context does not repeat a whole period stops at the present:
+    # "5 6" seen once, 4 ids back, is no evidence of a loop.
+    q = echo([9, 5, 6, 7, 8, 5, 6], max_candidates=1, max_span=8).propose(View())
+    assert q is not None and q.ids == (7, 8, 5, 6)
 
 
 def test_one_candidate_still_copies() -> None:

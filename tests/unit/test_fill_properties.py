@@ -12,9 +12,10 @@ EOS = 0
 tokens = st.integers(min_value=0, max_value=6)  # small alphabet: many matches and forks
 
 
-def contains_run(hay: list[int], run: tuple[int, ...]) -> bool:
-    n = len(run)
-    return any(tuple(hay[i : i + n]) == run for i in range(len(hay) - n + 1))
+def starts_in(hay: list[int], run: tuple[int, ...]) -> bool:
+    """Whether `run` occurs in `hay` followed by `run` itself, starting inside `hay`."""
+    ext, n = hay + list(run), len(run)
+    return any(tuple(ext[i : i + n]) == run for i in range(len(hay)))
 
 
 @st.composite
@@ -59,8 +60,9 @@ def test_history_and_clamp_invariants(
         assert len(p.ids) <= budget
         assert EOS not in p.ids
         if p.origin == "echo":
-            # A copied span is a contiguous run that occurred in the history.
-            assert contains_run(before + [tok], p.ids)
+            # A copied span is a contiguous run that starts in the history (a loop's copy
+            # runs on past the present as the span itself does).
+            assert starts_in(before + [tok], p.ids)
             if plan.delimiters:
                 assert not any(t in plan.delimiters for t in p.ids[:-1])
         n = min(accept, len(p.ids))
@@ -94,5 +96,7 @@ def test_echo_proposals_are_runs_of_the_history(hist: list[int], k: int) -> None
         if len(ends) == 1:  # one earlier occurrence: nothing forks, its next id is proposed
             assert p is not None and p.ids[0] == seen[ends[0] + 1]
         if p is not None:
-            # The proposal continues an earlier occurrence of the last k ids.
-            assert any(tuple(seen[j + 1 : j + 1 + len(p.ids)]) == p.ids for j in ends)
+            # The proposal continues an earlier occurrence of the last k ids (past the
+            # present, a loop goes on as the proposal does).
+            ext = seen + list(p.ids)
+            assert any(tuple(ext[j + 1 : j + 1 + len(p.ids)]) == p.ids for j in ends)

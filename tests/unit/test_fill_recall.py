@@ -86,10 +86,11 @@ def test_an_indexed_id_costs_no_more_than_the_budget_counts() -> None:
 
 
 def test_a_repeated_request_copies_from_its_first_output_id_with_the_prompt_as_run() -> None:
-    prompt, output = list(range(100, 180)), [7, 8, 9, 10, 11, 12]
+    prompt, output = list(range(100, 400)), [7, 8, 9, 10, 11, 12]
     idx = index(max_span=64, k=3)
     idx.add("", prompt + output)  # the earlier request: prompt, then output
     p = idx.source("").propose(View(prompt + [7]))  # the same prompt, its first id sampled
+    # The whole prompt matches: a run far past a quote's (counted up to RUN_CAP).
     assert p is not None and p.ids == (8, 9, 10, 11, 12) and p.run == RUN_CAP
 
 

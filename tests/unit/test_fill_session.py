@@ -375,7 +375,7 @@ def test_stats_as_dict_has_every_field() -> None:
         "events", "injected", "strict", "grammar", "echo", "recall", "span_lens", "wasted_samples",
         "parse_fallback", "index_truncated", "decode_steps", "verify_events",
         "verify_accepted", "verify_rejected", "verify_unsupported", "checkpoint_ms",
-        "branch_stops", "declined", "backoffs", "backed_off", "merged",
+        "branch_stops", "declined", "backoffs", "backed_off", "merged", "verify_spans",
     }
 
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from ffwd.fill.echo import RUN_CAP
 from ffwd.fill.spans import (
     Acceptance,
     AcceptanceBook,
@@ -210,3 +211,23 @@ def test_the_server_remembers_long_enough_to_tell_099_from_0999() -> None:
         book.verified("recall", tested=10, accepted=10 if i % 10 else 9, run=64)
     rate = server.get("recall").rates(run=64, n=1)[0]
     assert 0.985 < rate < 0.995  # one miss in 100 ids
+
+
+def test_a_repeat_is_priced_long_from_its_first_proposal_on_a_fresh_server() -> None:
+    # Recall matching the whole prompt (a request sent again: RUN_CAP ids and more) is
+    # forwarded as far as the price says at once; a 64-id quote, shorter; a fresh match,
+    # a few ids.
+    book = AcceptanceBook(SharedAcceptance())
+    repeat, quote, fresh = ramp(llama_cpu, book, "recall", [RUN_CAP, 64, 3])
+    assert repeat == 64 and 8 <= quote < repeat and fresh <= 4
+
+
+def test_the_running_level_scales_every_price_alike_and_changes_no_choice() -> None:
+    # `expected_ms` is the plan's price on the surface times its running level (the
+    # machine now against when it was measured): a busy machine raises it, and the plain
+    # step's with it, so the chosen length stays (no undo cost to weigh against it).
+    for rates in ([0.6], [0.9], [0.99], [0.999]):
+        choices = [choose_span(lambda m, f=f: f * llama_cpu(m), rates, 64)
+                   for f in (0.3, 1.0, 6.0)]
+        assert len({c.length for c in choices}) == 1
+        assert choices[2].expected_ms == pytest.approx(20 * choices[0].expected_ms)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from ffwd.fill import TraceRecord, TraceWriter, first_mismatch, read_trace
 
-FIELDS = ["ts", "origin", "policy", "decision", "generated", "proposed_len", "chosen",
-          "accepted", "first_mismatch", "expected_ids", "expected_ms", "proposed", "actual",
-          "proposed_text", "actual_text"]
+FIELDS = ["ts", "origin", "policy", "decision", "generated", "run", "proposed_len", "chosen",
+          "accepted", "first_mismatch", "expected_ids", "expected_ms", "plain_ms", "proposed",
+          "actual", "proposed_text", "actual_text"]
 
 
 def test_first_mismatch() -> None:

@@ -80,6 +80,8 @@ class Outcome:
     origins: dict[str, int] = field(default_factory=dict)  # ffwd: injected ids per source
     cached: int | None = None  # prompt ids the server took from its cache (None: unknown)
     first_span: int | None = None  # ffwd: the first injected span's ids (None: none, or a peer)
+    # ffwd: every verify proposal as (origin, proposed, forwarded, kept) ids; None for a peer
+    spans: list[tuple[str, int, int, int]] | None = None
 
 
 class System(Protocol):

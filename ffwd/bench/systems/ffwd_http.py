@@ -91,4 +91,5 @@ class FfwdHTTP:
             origins={k: stats[k] for k in ORIGINS if stats.get(k)},
             cached=(final["usage"].get("prompt_tokens_details") or {}).get("cached_tokens"),
             first_span=(stats.get("span_lens") or [None])[0],
+            spans=[(o, p, f, k) for o, _run, p, f, k in stats.get("verify_spans") or ()],
         )

@@ -47,6 +47,9 @@ from ffwd.bench.workloads.repeat import repeat_items
 
 WORKLOADS = ("tools", "echo", "prose", "agent", "repeat", "prefill", "contention",
              "concurrency")
+# --quick's "all": the decode workloads, each read by the main table (a first look in a
+# few minutes; prefill, contention and concurrency run when named)
+QUICK_WORKLOADS = ("tools", "echo", "prose", "agent", "repeat")
 TOOL_CHOICES = ("required", "auto")
 DEFAULT_BFCL = ("simple_python", "multiple")
 

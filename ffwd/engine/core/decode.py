@@ -107,6 +107,7 @@ class _Run:
     trace: TraceWriter | None
     curve: Pricing | None
     logprobs: int | None = None  # top alternatives per token; None: no logprobs
+    margin: float = 0.0  # greedy verify keeps a draft this close to the best logit
     out: list[int] = field(default_factory=list)
     row: torch.Tensor | None = None  # the logits the next sampled id is drawn from
 
@@ -152,7 +153,7 @@ def generate_step(
     """
     run = _Run(
         backend, sampler, session, max_tokens, policy or default_policy(backend), trace,
-        backend.pricing, logprobs,
+        backend.pricing, logprobs, backend.tie_margin,
     )
     prompt_len = backend.cache_len
     # 0. a forced call makes the prompt's own tail a trigger: inject before any sample.
@@ -293,7 +294,7 @@ def _verify_step(run: _Run, token: int, proposal: Proposal) -> Steps[int | None]
     if choice.probe and not head:
         # Position 0 alone first: a rejection there costs exactly a plain step.
         row0 = yield from _forward(run, [token], rows=False)
-        first = verify_span(row0[None], span[:1], sampler, run.out)
+        first = verify_span(row0[None], span[:1], sampler, run.out, run.margin)
         if first.accepted == 0:
             session.note_verify_event()
             _write_trace(run, proposal, row0[None], 0, "probe", choice)
@@ -304,7 +305,7 @@ def _verify_step(run: _Run, token: int, proposal: Proposal) -> Steps[int | None]
         mark, ms = _mark(b)
         rows = torch.cat([row0[None], (yield from _forward(run, span, rows=True))])
         # Position 0 is decided; each position gets exactly one acceptance draw.
-        rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]])
+        rest = verify_span(rows[1:], span[1:], sampler, [*run.out, span[0]], run.margin)
         verdict = SpanVerdict(1 + rest.accepted, rest.next_id)
     else:
         replay_from = [token]
@@ -312,7 +313,8 @@ def _verify_step(run: _Run, token: int, proposal: Proposal) -> Steps[int | None]
         ids = [token, *span]  # a long head may need more than one forward
         rows = (yield from (_forward(run, ids, rows=True) if len(ids) <= b.max_append
                             else _forward_chunks(run, ids, all_rows=True)))
-        rest = verify_span(rows[head:], span[head:], sampler, [*run.out, *span[:head]])
+        rest = verify_span(rows[head:], span[head:], sampler, [*run.out, *span[:head]],
+                           run.margin)
         verdict = SpanVerdict(head + rest.accepted, rest.next_id)
     kept = span[: verdict.accepted]
     ms += yield from _cut_back(run, mark, replay_from + kept, len(span) - len(kept))
@@ -374,8 +376,10 @@ def _write_trace(
             proposed_text=decode(proposal.ids) if decode else None,
             actual_text=decode(actual) if decode else None,
             decision=decision,
+            run=proposal.run,
             chosen=choice.length if choice else len(proposal.ids) if decision == "assert" else 0,
             expected_ids=round(choice.expected_ids, 4) if choice else None,
             expected_ms=round(choice.expected_ms, 4) if choice else None,
+            plain_ms=round(choice.plain_ms, 4) if choice else None,
         )
     )

@@ -21,8 +21,11 @@ a time, so a machine whose speed drifts skews every point alike (the running
 level corrects the scale later). Leaves the backend's cache empty.
 
 `measure_paths` does this on each attention path a llama.cpp backend can
-reopen on, and chooses one (`ffwd.engine.llama.attention`). `ffwd.models` caches
-the result per model and configuration.
+reopen on, and chooses one (`ffwd.engine.llama.attention`), and measures each
+path's rounding (`measure_margin`): how far the gap between the two best logits
+moves when the same ids are forwarded one at a time or together, the tie
+margin fill may keep a draft within (``--tie-margin auto``). `ffwd.models`
+caches the result per model and configuration.
 """
 
 from __future__ import annotations
@@ -31,13 +34,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from ffwd.engine.backend import Backend, Mark
 from ffwd.engine.cost.surface import KINDS, CostSurface, Kind
 from ffwd.engine.llama.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.fill.spans import POINTS, Undo
 
 DEPTHS = (1024, 2048, 4096)  # besides half the context window
-WIDTHS = (1, 4, 16)  # span lengths timed at depth
+# Span lengths timed at depth: a plain step, short and long spans (32 lies between 16 and 64,
+# timed both: on a CPU a forward's cost is close to linear in its ids past a few).
+WIDTHS = (1, 4, 16, 64)
 BUDGET_S = 10.0  # seconds the deep phase may take (growing the cache dominates)
 Progress = Callable[[str], None]
 
@@ -61,7 +68,7 @@ def measure(
     rows = {m: ms for (m, kind), ms in times.items() if kind == "rows"}
     last = {m: ms for (m, kind), ms in times.items() if kind == "last"}
     surface = CostSurface({context: rows}, {context: last}, chunk, undo)
-    if backend.can_rewind and chunk > max(points):
+    if backend.can_rewind and chunk >= max(points):
         _deep(backend, surface, [d for d in depths if context < d <= window - chunk],
               [w for w in widths if w <= chunk], repeats, budget_s, progress)
     backend.reset()
@@ -155,9 +162,59 @@ def _median(xs: Sequence[float]) -> float:
     return s[len(s) // 2] if s else 0.0
 
 
+MARGIN_DEPTHS = (96, 640)  # a short cache, and one past where kernels change (512 cells)
+MARGIN_TOKENS = 48  # greedy ids decoded one at a time at each depth
+MARGIN_SPANS = (16, 64)  # then forwarded together in these widths
+
+
+def gap_moves(single: torch.Tensor, batched: torch.Tensor) -> float:
+    """How far the gap between each row's two best logits (by `single`) moved in `batched`,
+    the most over the rows: what a verify forward's rounding can do to a near-tie.
+
+    >>> single = torch.tensor([[1.0, 3.0, 2.9], [0.0, 5.0, 1.0]])
+    >>> round(gap_moves(single, torch.tensor([[1.0, 2.95, 3.0], [0.1, 5.0, 1.0]])), 3)
+    0.15
+    >>> gap_moves(single, single)
+    0.0
+    """
+    top = single.topk(2, dim=-1).indices
+    rows = torch.arange(single.shape[0])
+    first, second = top[:, 0], top[:, 1]
+    moved = (single[rows, first] - single[rows, second]) - \
+        (batched[rows, first] - batched[rows, second])
+    return float(moved.abs().max()) if len(moved) else 0.0
+
+
+def measure_margin(backend: Backend, depths: Sequence[int] = MARGIN_DEPTHS,
+                   tokens: int = MARGIN_TOKENS, spans: Sequence[int] = MARGIN_SPANS) -> float:
+    """The most `gap_moves` over `tokens` greedy ids decoded one at a time after each of
+    `depths` synthetic ids, then forwarded again in forwards of each of `spans` ids: 0.0
+    where every forward rounds alike (an exact path). Leaves the cache empty."""
+    vocab, most = backend.vocab_size, 0.0
+    for depth in depths:
+        if not backend.can_rewind or depth + tokens > backend.context_window:
+            continue
+        backend.reset()
+        backend.prefill([(7 * i + 3) % vocab for i in range(depth)])
+        ids, rows, row = [], [], backend.last_logits
+        for _ in range(tokens):  # 1. one id at a time, as plain decoding goes
+            rows.append(row)
+            ids.append(int(row.argmax()))
+            row = backend.append(ids[-1:])
+        single = torch.stack(rows[1:])  # the rows that predict ids[1:]
+        for span in (s for s in spans if s <= backend.max_append):
+            # 2. the same ids together, as a verify forward takes them.
+            backend.rewind(backend.cache_len - depth)
+            got = [backend.forward(ids[i : i + span]) for i in range(0, tokens - 1, span)]
+            most = max(most, gap_moves(single, torch.cat(got)))
+    backend.reset()
+    return most
+
+
 def measure_paths(backend: Any, paths: Sequence[AttentionPath], mix: Mix,
                   memory_bound_mib: float, progress: Progress | None = None,
-                  measure_fn: Callable[..., CostSurface] | None = None) -> AttentionTable:
+                  measure_fn: Callable[..., CostSurface] | None = None,
+                  margin_fn: Callable[[Any], float] | None = None) -> AttentionTable:
     """Time each of `paths` on `backend`, a sequence of a llama.cpp context (left on the
     chosen one), and choose (`choose`)."""
     found: dict[str, Measured] = {}
@@ -168,7 +225,8 @@ def measure_paths(backend: Any, paths: Sequence[AttentionPath], mix: Mix,
             found[path.name] = Measured(None, 0.0, f"unavailable: {exc}")
             continue
         say = None if progress is None else (lambda text, p=path: progress(f"{p.name} {text}"))
-        found[path.name] = Measured((measure_fn or measure)(backend, progress=say), memory)
+        surface = (measure_fn or measure)(backend, progress=say)
+        found[path.name] = Measured(surface, memory, margin=(margin_fn or measure_margin)(backend))
     chosen, why = choose(found, mix, backend.context_window, memory_bound_mib)
     if chosen != paths[-1].name:  # measured last, still open
         backend.context.use_attention(AttentionPath.parse(chosen))

@@ -143,12 +143,15 @@ def turn_ms(surface: CostSurface, mix: Mix, window: int) -> float:
 
 @dataclass(slots=True)
 class Measured:
-    """One path as measured: its surface (None: it could not run) and the MiB llama.cpp
-    reserved for its KV cache and compute buffers."""
+    """One path as measured: its surface (None: it could not run), the MiB llama.cpp
+    reserved for its KV cache and compute buffers, and its rounding: how far a verify
+    forward moved the gap between the two best logits against one-id forwards, in logits
+    (`ffwd.engine.cost.measure.measure_margin`; 0.0 where they agreed exactly)."""
 
     surface: CostSurface | None
     memory_mib: float
     note: str = ""
+    margin: float = 0.0
 
 
 @dataclass(slots=True)
@@ -178,9 +181,10 @@ class AttentionTable:
             s = m.surface
             cells = ", ".join(f"d{d}: {s.quiet(1, 'last', d):.1f}/{s.quiet(16, 'rows', d):.0f}"
                               for d in s.depths)
+            rounds = f"rounds {m.margin:.2f} logits apart" if m.margin else "exact here"
             out.append(f" {mark} {name:<11} ms per 1 id/16 ids {cells}; turn "
-                       f"{turn_ms(s, self.mix, window) / 1000:.2f} s; {m.memory_mib:.0f} MiB"
-                       + (f" ({m.note})" if m.note else ""))
+                       f"{turn_ms(s, self.mix, window) / 1000:.2f} s; {m.memory_mib:.0f} MiB; "
+                       f"{rounds}" + (f" ({m.note})" if m.note else ""))
         return [*out, f"   chosen: {self.chosen} ({self.why})"]
 
     def after_busy(self, quiet: AttentionTable | None, share: float) -> AttentionTable:
@@ -202,13 +206,14 @@ class AttentionTable:
     def as_dict(self) -> dict[str, Any]:
         return {"chosen": self.chosen, "why": self.why, "paths": {
             name: {"surface": m.surface.as_dict() if m.surface else None,
-                   "memory_mib": m.memory_mib, "note": m.note}
+                   "memory_mib": m.memory_mib, "note": m.note, "margin": m.margin}
             for name, m in self.paths.items()}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> AttentionTable:
         paths = {name: Measured(CostSurface.from_dict(m["surface"]) if m["surface"] else None,
-                                float(m["memory_mib"]), str(m.get("note", "")))
+                                float(m["memory_mib"]), str(m.get("note", "")),
+                                float(m["margin"]))
                  for name, m in d["paths"].items()}
         return cls(paths, str(d["chosen"]), str(d["why"]))
 

@@ -77,6 +77,7 @@ class Shared:
     mem: Any = None
     surface: CostSurface | None = None  # measured by the loader (ffwd.models)
     table: AttentionTable | None = None
+    tie_margin: float = 0.0  # the loader's (FFWD_TIE_MARGIN)
     running: list[int] = field(default_factory=list)  # the sequences running now
     lock: threading.Lock = field(default_factory=threading.Lock)  # every call on the context
     on_surface: Callable[[CostSurface], None] = lambda surface: None
@@ -146,6 +147,14 @@ class LlamaSequence(CacheBookkeeping):
         if self._pricing is None or self._pricing.base is not base:
             self._pricing = SequenceCost(base, self._batch_depths)
         return self._pricing
+
+    @property
+    def tie_margin(self) -> float:
+        return self._shared.tie_margin
+
+    @tie_margin.setter
+    def tie_margin(self, margin: float) -> None:
+        self._shared.tie_margin = margin
 
     @property
     def attention_table(self) -> AttentionTable | None:

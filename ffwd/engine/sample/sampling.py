@@ -21,7 +21,10 @@ logits.
 `verify_span` decides how much of a proposed span the model keeps:
 
 * greedy (temperature 0): accept while the processed argmax equals the
-  proposed id; at the first disagreement the argmax is the next id.
+  proposed id; at the first disagreement the argmax is the next id. With a
+  tie `margin` (a path that rounds verify and one-id forwards apart,
+  FFWD_TIE_MARGIN), a proposed id whose logit is within `margin` of the best
+  is a tie the kernels cannot break either way, and is kept too.
 * sampling: draw position j's id as plain decoding would (with ``u(seed, i)``)
   and accept the proposed id ``s`` when the draw is ``s``; otherwise the draw
   is the next id. ``s`` is kept with probability ``p(s)``, and on a rejection
@@ -275,13 +278,15 @@ def verify_span(
     proposed: Sequence[int],
     sampler: Sampler,
     generated: Sequence[int] = (),
+    margin: float = 0.0,
 ) -> SpanVerdict:
     """Keep the prefix of `proposed` the model would have produced itself.
 
     Row j of `logits` is the model's distribution for position j of the span
     (row 0: after the sampled id). A row past the span, when present, gives the
     id after a fully accepted span. `generated` is the output so far, before
-    the span (for penalties).
+    the span (for penalties). Greedy only: a proposed id whose (processed) logit
+    is within `margin` of the best is kept (module docstring).
     """
     if logits.shape[0] < len(proposed):
         raise ValueError(f"verify_span: {logits.shape[0]} rows for {len(proposed)} ids")
@@ -292,10 +297,18 @@ def verify_span(
         head = logits[: len(proposed) + 1]
         choice = (head.numpy().argmax(axis=-1) if head.device.type == "cpu"
                   and head.dtype == torch.float32 else head.argmax(dim=-1)).tolist()
+    tie = margin > 0 and sampler.greedy
     for j, tok in enumerate(proposed):
         if fast_greedy:
-            if choice[j] != tok:
+            if choice[j] != tok and not (tie and _tied(logits[j], tok, choice[j], margin)):
                 return SpanVerdict(j, choice[j])
+            continue
+        if tie:  # greedy with processors: one pass decides the argmax and a tie
+            processed = sampler.process(logits[j], history)
+            best = sampler._argmax(processed, logits[j], history)
+            if best != tok and not _tied(processed, tok, best, margin):
+                return SpanVerdict(j, best)
+            history.append(tok)
             continue
         probs = sampler.probs(logits[j], history)
         # Greedy: the argmax. Sampling: the position's own draw, as plain decoding makes it.
@@ -308,3 +321,14 @@ def verify_span(
         nxt = choice[n] if fast_greedy else sampler.sample(logits[n], history)
         return SpanVerdict(n, nxt)
     return SpanVerdict(n, None)
+
+
+def _tied(row: torch.Tensor, token: int, best: int, margin: float) -> bool:
+    """Whether `token`'s logit in `row` is within `margin` of `best`'s (finite only).
+
+    >>> row = torch.tensor([1.0, 3.0, 2.8, -float("inf")])
+    >>> _tied(row, 2, 1, 0.25), _tied(row, 0, 1, 0.25), _tied(row, 3, 1, 9.0)
+    (True, False, False)
+    """
+    value = float(row[token])
+    return value != -math.inf and value >= float(row[best]) - margin
