@@ -159,7 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     flashes = args.flash_attn.split(",") if engine == "llamacpp" else ["-"]
     for threads, kv, fa in ((int(t), k, f) for t in args.threads.split(",") for k in kinds
                             for f in flashes):
-        backend = _backend(ref, engine, args.dtype, threads, kv, fa)
+        try:
+            backend = _backend(ref, engine, args.dtype, threads, kv, fa)
+        except ValueError as e:  # a combination llama.cpp cannot run (q8_0 without flash)
+            print(f"{ref.name} threads={threads} kv={kv} flash={fa}: skipped, {e}",
+                  file=sys.stderr)
+            continue
         result = measure(backend, prompts, args.tokens, args.span)
         report["runs"].append({"threads": threads, "kv_cache": kv, "flash_attn": fa, **result})
         if not args.json:

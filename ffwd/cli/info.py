@@ -100,18 +100,20 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "greedy_deterministic": promised,
         "greedy_determinism": promise,
         "tie_margin": _tie_margin(engine.tie_margin, costs.get("margin")),
-        "parallel": _parallel(backend, engine, window),
+        "parallel": _parallel(backend, engine, window, promised),
         **(_native(ref, engine) if backend == "llamacpp" else {"cpu": _cpu()}),
     }
 
 
-def _parallel(backend: str, engine: Any, window: int) -> str:
-    """How many requests decode together (`ffwd.engine.core.batch`)."""
+def _parallel(backend: str, engine: Any, window: int, exact: bool) -> str:
+    """How many requests decode together (`ffwd.engine.core.batch`), and whether a
+    request's greedy ids stay the same beside others (where the path is `exact`)."""
     if backend != "llamacpp":
         return "1: the transformers engine runs one request at a time"
+    beside = ("the same alone or beside others" if exact else
+              "not promised the same alone and beside others (see greedy determinism)")
     return (f"{engine.parallel} requests decode together (FFWD_PARALLEL), each with a KV "
-            f"cache of {window} ids, one forward per step; a request's greedy ids under "
-            "--deterministic are the same alone or beside others")
+            f"cache of {window} ids, one forward per step; a request's greedy ids are {beside}")
 
 
 def _runs_on(backend: str, engine: Any, device: str) -> str:
