@@ -36,8 +36,11 @@ Job = Callable[[Backend], Iterator[Any]]
 
 
 def exact(parallel: int) -> LlamaContext:
+    # One cache type for every context: --deterministic times each exact path and keeps
+    # the fastest, so two contexts could otherwise land on different types (bf16: exact
+    # with and without the shape-invariant kernel).
     return LlamaContext(_gguf("llama", 2), n_ctx=512, n_batch=CHUNK, threads=1,
-                        deterministic=True, parallel=parallel)
+                        kv_cache="bf16", deterministic=True, parallel=parallel)
 
 
 def script(seed: int) -> list[Op]:

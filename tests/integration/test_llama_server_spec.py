@@ -45,7 +45,7 @@ def test_speculation_mode_starts_and_speculates(mode: str | None) -> None:
 
 
 def test_the_xllamacpp_fallback_serves_the_same_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llama_server, "native_binary", lambda: None)
+    monkeypatch.setattr(llama_server, "native_binary", lambda upstream=False: None)
     assert llama_server.build()["kind"] == llama_server.FALLBACK
     gguf = str(resolve_model("default").path)
     with servers.llama_server(gguf, threads=1, n_ctx=512, n_batch=512,

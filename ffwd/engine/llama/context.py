@@ -151,7 +151,8 @@ class LlamaContext:
             lib, path, size, frozenset(i for i in range(size) if lib.llama_vocab_is_eog(vocab, i)),
             n_batch, self.n_ctx,
             bool(lib.llama_model_is_recurrent(model) or lib.llama_model_is_hybrid(model)),
-            self.n_swa, threads or default_threads(), AttentionPath(True, "f16"))
+            self.n_swa, threads or default_threads(), AttentionPath(True, "f16"),
+            invariant=self.invariant)
 
     # --- facts ----------------------------------------------------------
     @property

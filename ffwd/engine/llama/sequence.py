@@ -78,6 +78,7 @@ class Shared:
     surface: CostSurface | None = None  # measured by the loader (ffwd.models)
     table: AttentionTable | None = None
     tie_margin: float = 0.0  # the loader's (FFWD_TIE_MARGIN)
+    invariant: bool = False  # the build has the shape-invariant flash-attention kernel
     running: list[int] = field(default_factory=list)  # the sequences running now
     lock: threading.Lock = field(default_factory=threading.Lock)  # every call on the context
     on_surface: Callable[[CostSurface], None] = lambda surface: None
@@ -113,6 +114,11 @@ class LlamaSequence(CacheBookkeeping):
     @property
     def attention(self) -> AttentionPath:
         return self._shared.attention
+
+    @property
+    def invariant(self) -> bool:
+        """Whether the build has the shape-invariant flash-attention kernel."""
+        return self._shared.invariant
 
     @property
     def kv_type(self) -> str:
