@@ -120,7 +120,7 @@ def run_bench(
     if args.workload is None:  # --quick's first look, else every workload
         workloads = QUICK_WORKLOADS if args.quick else WORKLOADS
     else:
-        workloads = WORKLOADS if args.workload == "all" else (args.workload,)
+        workloads = args.workload
     items = select(workloads, limit, args.seed, _bfcl(args), args.quick, count=setup.count,
                    context=service.context_window)
     prompts = {it.key: service.prepare(chat_request(it, "off")).prompt_ids for it in items}

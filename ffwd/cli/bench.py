@@ -33,8 +33,9 @@ DEFAULT_REPEATS, QUICK_REPEATS = 3, 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workload", choices=(*WORKLOADS, "all"), default=None,
-                        help="one workload, or all of them (default all; --quick: "
+    parser.add_argument("--workload", type=workload_list, default=None,
+                        help="comma-separated workloads from " + ", ".join(WORKLOADS)
+                             + ", or all (default all; --quick: "
                              + ", ".join(QUICK_WORKLOADS) + ")")
     parser.add_argument("--limit", type=int, default=None,
                         help=f"entries per BFCL category, edits and re-quotes, prose questions, "
@@ -74,6 +75,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--before", default=None, metavar="DIR",
                         help="an earlier ffwd bench --out DIR with a contention row: its "
                              "decode speed alone is what this run's alone must keep up with")
+
+
+def workload_list(text: str) -> tuple[str, ...]:
+    """``--workload``'s value: workloads in the order they run, ``all`` for every one.
+
+    >>> workload_list("prose,tools"), workload_list("all")[:2]
+    (('tools', 'prose'), ('tools', 'echo'))
+    """
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in (*WORKLOADS, "all")]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {', '.join(unknown) or repr(text)}: choose from "
+            + ", ".join((*WORKLOADS, "all")))
+    return WORKLOADS if "all" in names else tuple(w for w in WORKLOADS if w in names)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ from ffwd.bench.systems.names import (
     parse_system,
     prefill_systems,
 )
-from ffwd.bench.workloads import Item
+from ffwd.bench.workloads import WORKLOADS, Item
 from ffwd.cli import bench as cli_bench
 
 
@@ -92,6 +92,17 @@ def test_cli_accepts_speculation_modes_and_lists_them_in_help() -> None:
         assert f"llama-server:{mode}" in help_of["systems"]
     assert "agent" in help_of["seed"] and parser.parse_args([]).systems is None
     assert ", ".join(QUICK_SYSTEMS) in help_of["systems"]
+
+
+def test_cli_takes_several_workloads_in_run_order_and_names_an_unknown_one() -> None:
+    parser = argparse.ArgumentParser()
+    cli_bench.add_arguments(parser)
+    assert parser.parse_args(["--workload", "repeat, prose,tools"]).workload == (
+        "tools", "prose", "repeat")
+    assert parser.parse_args(["--workload", "prose,all"]).workload == WORKLOADS
+    assert parser.parse_args([]).workload is None  # all, or --quick's first look
+    with pytest.raises(argparse.ArgumentTypeError, match="prosee"):
+        cli_bench.workload_list("tools,prosee")
 
 
 def test_draft_counts_become_verified_and_accepted_ids() -> None:
