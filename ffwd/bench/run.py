@@ -4,10 +4,11 @@
 systems' servers (`ffwd.bench.systems`: ffwd over loopback HTTP on the chosen
 backend, llama.cpp's own server, transformers' generate), runs every (repeat,
 item) with all systems back to back, starting from a different system each
-time (`schedule`), so machine noise lands on all alike, each repeat a
-session of its own (what a system carries from one request to the next,
-recall's earlier outputs, llama-server's n-gram pools, starts empty at each
-repeat and is never shared between systems), and returns the
+time (`schedule`), so machine noise lands on all alike, each workload of
+each repeat a session of its own (what a system carries from one request to
+the next, recall's earlier outputs, llama-server's n-gram pools, starts empty
+at each workload of each repeat and is never shared between systems), and
+returns the
 results dict (environment, settings, every run, outputs, summary, speedups,
 prefill rows, contention row, correctness, replay bound, targets) that
 `ffwd.cli.bench` writes and `ffwd.bench.report` renders.
@@ -253,9 +254,9 @@ def _run_all(
     items: Sequence[Item], systems: Sequence[System], repeats: int,
     prompts: Mapping[str, list[int]],
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Outcome]]]:
-    """Warm up, then run `schedule`, each repeat a session of its own (`System.begin`);
-    return the run rows and the first repeat's outcomes. The prefill rows run one
-    system per engine setup (`prefill_systems`)."""
+    """Warm up, then run `schedule`, each workload of each repeat a session of its own
+    (`System.begin`); return the run rows and the first repeat's outcomes. The prefill
+    rows run one system per engine setup (`prefill_systems`)."""
     from tqdm import tqdm
 
     by_name = {s.name: s for s in systems}
@@ -272,13 +273,15 @@ def _run_all(
             warm = replace(items[0], max_tokens=4, warm=False)
             s.run(warm, prompts[warm.key])
             bar.update()
-        session = None
+        session: tuple[int, str] | None = None
         for repeat, i, name in order:
-            if repeat != session:  # each repeat starts with nothing carried over
-                session = repeat
-                for s in systems:
-                    s.begin(f"repeat-{repeat}")
             item = items[i]
+            # each workload of each repeat starts with nothing carried over: no system
+            # drafts from another workload's replies (tools/auto after tools/required)
+            if (repeat, item.workload) != session:
+                session = (repeat, item.workload)
+                for s in systems:
+                    s.begin(f"repeat-{repeat}-{item.workload}")
             bar.set_postfix_str(f"{name} {item.id}")
             o = by_name[name].run(item, prompts[item.key])
             runs.append(record(item, name, repeat, o, len(prompts[item.key])))

@@ -174,17 +174,22 @@ class Recorder:
         return Outcome("", [], 1, 0.1)
 
 
-def test_each_repeat_begins_a_session_of_every_system_before_its_runs() -> None:
+def test_each_workload_of_each_repeat_begins_a_session_of_every_system() -> None:
+    # tools/auto runs the prompts tools/required just ran: a session of its own keeps a
+    # system from drafting one workload's replies out of another's
     log: list[str] = []
-    items = [Item("prose", i, [], 4) for i in ("a", "b")]
+    items = [Item("tools/required", "a", [], 4), Item("tools/auto", "a", [], 4),
+             Item("tools/auto", "b", [], 4)]
     systems: Sequence[Any] = [Recorder("S", log), Recorder("T", log)]
     runs, _ = _run_all(items, systems, 2, {it.key: [1] for it in items})
-    assert len(runs) == 8
+    assert len(runs) == 12
     begins = [i for i, line in enumerate(log) if "begin repeat" in line]
-    assert [log[i] for i in begins] == ["S begin repeat-0", "T begin repeat-0",
-                                        "S begin repeat-1", "T begin repeat-1"]
+    assert [log[i] for i in begins] == [
+        f"{s} begin repeat-{r}-{w}" for r in (0, 1) for w in ("tools/required", "tools/auto")
+        for s in "ST"]
     assert log[:4] == ["S begin warm-up", "S run a", "T begin warm-up", "T run a"]
-    assert sum("run" in line for line in log[begins[1]:begins[2]]) == 4  # repeat 0's runs
+    assert sum("run" in line for line in log[begins[1]:begins[2]]) == 2  # required's runs
+    assert sum("run" in line for line in log[begins[3]:begins[4]]) == 4  # auto's, a and b
 
 
 def spec_runs() -> list[dict[str, Any]]:

@@ -30,9 +30,10 @@ next turn of a conversation, which keeps what the previous turn left) and
 stops at an end id, at the item's
 ``max_tokens``, or (``item.single_call``) once its output holds a complete
 call; the client parses each output the way the service does. What outlives
-a request is scoped to a session (`System.begin`, one per repeat): an ffwd
-system's requests present an API key of their own per session, so recall
-copies only from that system's earlier outputs in that repeat, and a
+a request is scoped to a session (`System.begin`, one per workload and
+repeat): an ffwd system's requests present an API key of their own per
+session, so recall copies only from that system's earlier outputs in that
+workload and repeat, and a
 speculating llama-server restarts (``ngram-mod``'s pool and ``ngram-map-k``'s
 map outlive a request). Timings:
 ``seconds`` is the whole request; ``first_token_seconds`` until the first
