@@ -51,9 +51,9 @@ def load(path: str, config: str, threads: int, context: int) -> Any:
     if config in ("plain", "q8_0", "bf16"):
         kv = "f16" if config == "plain" else config
         return open_llama(path, n_ctx=context, threads=threads, kv_cache=kv,
-                               flash_attn="off" if config == "plain" else "on")
+                          flash_attn="off" if config == "plain" else "on")
     return open_llama(path, n_ctx=context, threads=threads,
-                           deterministic=config == "deterministic")
+                      deterministic=config == "deterministic")
 
 
 def timed(fn: Callable[[], object]) -> float:

@@ -237,10 +237,10 @@ def ffwd_server(setup: Setup, name: SystemName) -> ChildServer:
 def _cannot_run(name: SystemName, engine: str, ref: Any) -> str | None:
     """Why the system `name` cannot run on this model, or None."""
     if name.upstream:
-        from ffwd.bench.systems.llama_server import native_binary
+        from ffwd.bench.systems.llama_server import NO_UPSTREAM, native_binary
 
         if native_binary(upstream=True) is None:
-            return "llama-server-upstream is not built: `make peers` builds it"
+            return NO_UPSTREAM
     if ref.gguf_file:
         return None
     if name.base in SERVED and (name.engine or engine) == "llamacpp":

@@ -50,6 +50,7 @@ from ffwd.bench.systems.names import EXTRA_SPEC_MODES, SPEC_MODES
 MODES = (*SPEC_MODES, *EXTRA_SPEC_MODES)  # llama-server's --spec-type names, no draft model
 NATIVE = "native"
 FALLBACK = "xllamacpp"
+NO_UPSTREAM = "llama-server-upstream is not built: `make peers` builds it"
 
 
 def native_binary(upstream: bool = False) -> Path | None:
@@ -70,7 +71,7 @@ def command(
         raise ValueError(f"unknown speculation mode {spec!r}; expected one of {MODES}")
     binary = native_binary(upstream)
     if binary is None and upstream:
-        raise ValueError("llama-server-upstream is not built: `make peers` builds it")
+        raise ValueError(NO_UPSTREAM)
     if binary is None:
         return [sys.executable, "-m", __name__, "--model", gguf, "--port", str(port),
                 "--threads", str(threads), "--ctx", str(ctx), "--batch", str(batch),
