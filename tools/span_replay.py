@@ -3,6 +3,7 @@
     python -m tools.span_replay capture OUT.json [--source heldout|bench] [--limit N]
         [--kv-cache f16] [--flash-attn off]
     python -m tools.span_replay replay OUT.json --surface FILE.json [--path NAME] [--spans]
+        [--oracle]
 
 Under greedy decoding a verify forward keeps exactly the drafted ids that
 match what the model writes next, so once a request's output is known, the
@@ -20,6 +21,11 @@ table such as ``ffwd info`` caches: ``--path`` picks the path, by default the
 one it chose). Forwards and spans are exact and time is the surface's quiet
 price, so span policies compare without machine noise, as on an exact
 attention path: a repeat replays its earlier output id for id.
+
+``--oracle`` sizes every verify span by the recorded output instead of the span
+policy: each forward takes exactly the proposed ids the model will keep (up to
+`max_append`), so the replay shows the most any span policy could make of the
+same sources on that surface, and how far the policy is from it.
 """
 
 from __future__ import annotations
@@ -175,22 +181,42 @@ def _ready(service: Any, req: dict[str, Any]) -> Any:
     return service.prepare(replace(request, context=Context(tenant=str(req.get("tenant", "")))))
 
 
+def oracle_policy(backend: ReplayBackend) -> Any:
+    """A span policy that knows the recorded output: it forwards the proposed ids that
+    agree with it, as many as one forward takes (the sampled id comes first)."""
+    from ffwd.fill.spans import SpanChoice
+
+    def decide(proposal: Any, session: Any) -> SpanChoice:
+        truth, at = backend.truth, backend.cache_len + 1  # the sampled id sits at cache_len
+        kept = 0
+        while (kept < min(len(proposal.ids), backend.max_append - 1) and at + kept < len(truth)
+               and truth[at + kept] == proposal.ids[kept]):
+            kept += 1
+        return SpanChoice(kept, False, kept + 1.0, 1.0, 1.0)
+
+    return decide
+
+
 def replay(requests: Sequence[dict[str, Any]], surface: CostSurface, tokenizer: Any,
-           name: str = "replay") -> list[Replayed]:
-    """Replay `requests` in order on one service (module docstring)."""
-    from ffwd.engine.core.generate import drive
+           name: str = "replay", oracle: bool = False) -> list[Replayed]:
+    """Replay `requests` in order on one service (module docstring); with `oracle`, the
+    spans are sized by the recorded output (`oracle_policy`)."""
+    from ffwd.engine.core.generate import drive, stream_steps
 
     backend = ReplayBackend(surface, len(tokenizer), [tokenizer.eos_token_id])
     service = _service(backend, tokenizer, name)
+    policy = oracle_policy(backend) if oracle else None
     out = []
     for req in requests:
         ready = _ready(service, req)
         prompt, output = ready.prompt_ids, list(req["output"])
         backend.load(prompt + output)
         result = None
-        for event in drive(backend, service.steps(ready, backend, lambda: False)):
+        steps = stream_steps(backend, tokenizer, ready.prepared, policy=policy)
+        for event in drive(backend, steps):
             result = event.result or result
         assert result is not None
+        service.recall.add(ready.tenant, [*prompt, *result.token_ids])  # as `steps` does
         got = result.token_ids + [i for i in output[len(result.token_ids):][:1]
                                   if i in backend.eos_ids]
         if got != output:
@@ -223,12 +249,14 @@ def heldout_requests() -> list[dict[str, Any]]:
 
 def bench_requests(limit: int, seed: int) -> list[dict[str, Any]]:
     """The bench's decode items (tools, echo, prose, agent, repeat) in its order, as
-    ``ffwd-echo`` sends them within one repeat (one tenant)."""
+    ``ffwd-echo`` sends them within one repeat (a tenant per workload, as the bench's
+    sessions)."""
     from ffwd.bench.systems.ffwd_http import chat_body
     from ffwd.bench.workloads import select
 
     items = select(("tools", "echo", "prose", "agent", "repeat"), limit, seed)
-    return [{"name": it.key, "tenant": "bench", "body": chat_body(it, "echo")} for it in items]
+    return [{"name": it.key, "tenant": it.workload, "body": chat_body(it, "echo")}
+            for it in items]
 
 
 def capture(requests: list[dict[str, Any]], *, kv_cache: str, flash_attn: str,
@@ -288,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--surface", help="replay: a cost surface or attention table JSON")
     p.add_argument("--path", default=None, help="replay: the attention table's path")
     p.add_argument("--spans", action="store_true", help="replay: print every verify span")
+    p.add_argument("--oracle", action="store_true",
+                   help="replay: size each span by the recorded output (the policy's bound)")
     args = p.parse_args(argv)
     if args.command == "capture":
         reqs = heldout_requests() if args.source == "heldout" else \
@@ -300,14 +330,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("replay needs --surface")
     tokenizer = load_tokenizer(resolve_model("default"))
     surface = load_surface(args.surface, args.path)
-    total_ms = total_plain = 0.0
-    for r in replay(json.loads(Path(args.file).read_text()), surface, tokenizer):
-        total_ms, total_plain = total_ms + r.ms, total_plain + r.plain_ms
+    by_workload: dict[str, list[float]] = {}  # bench items: "workload id"
+    for r in replay(json.loads(Path(args.file).read_text()), surface, tokenizer,
+                    oracle=args.oracle):
         print(f"{r.name:<34} {r.tokens:>4} ids {r.forwards:>4} fwd {r.ms:>7.0f} ms "
               f"(plain {r.plain_ms:>6.0f}) {r.speedup:5.2f}x {r.injected}")
         if args.spans:
             print("    " + " ".join(f"{o[0]}{run}:{n}/{f}/{k}" for o, run, n, f, k in r.spans))
-    print(f"{'all':<34} {total_plain / total_ms if total_ms else 0:.3f}x")
+        for group in {r.name.split(" ")[0] if " " in r.name else "", "all"} - {""}:
+            ms_plain = by_workload.setdefault(group, [0.0, 0.0])
+            ms_plain[0], ms_plain[1] = ms_plain[0] + r.ms, ms_plain[1] + r.plain_ms
+    for group, (ms, plain) in sorted(by_workload.items(), key=lambda g: g[0] == "all"):
+        print(f"{group:<34} {plain / ms if ms else 0:.3f}x")
     return 0
 
 

@@ -89,6 +89,18 @@ def test_a_span_is_priced_at_the_depth_it_runs_at() -> None:
     assert choose_span(s.at(0), [0.6] * 16, 16).length > 0
 
 
+def test_a_noisy_point_never_prices_a_longer_span_below_a_shorter_one() -> None:
+    # One busy sample made 2 ids dearer than 4 (a table timed on q8_0, depth 96): pooled,
+    # the 2-id and 4-id forwards cost the same and neither more than 8 ids.
+    s = CostSurface({96: {1: 8.6, 2: 21.8, 4: 18.2, 8: 30.0}},
+                    {96: {1: 8.6, 2: 21.8, 4: 18.2, 8: 30.0}}, max_append=64)
+    assert s.cost(2) == pytest.approx(20.0) == s.cost(4)
+    for kind in ("rows", "last"):
+        by_m = [s.cost(m, kind, 96) for m in range(1, 65)]
+        assert by_m == sorted(by_m)
+    assert CostSurface.from_dict(s.as_dict()).rows == s.rows  # and so once cached
+
+
 def test_bad_tables_are_refused() -> None:
     with pytest.raises(ValueError, match="positive"):
         flat({1: 0.0}, {1: 1.0}, max_append=8)

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from ffwd.engine.backend import Backend, Mark
-from ffwd.engine.cost.surface import KINDS, CostSurface, Kind
+from ffwd.engine.cost.surface import KINDS, CostSurface, Kind, monotone
 from ffwd.engine.llama.attention import AttentionPath, AttentionTable, Measured, Mix, choose
 from ffwd.fill.spans import POINTS, Undo
 
@@ -105,15 +105,15 @@ def _deep(backend: Backend, surface: CostSurface, depths: Sequence[int],
             backend.append(filler[: min(chunk, depth - backend.cache_len)])
         # 2. the widths at this depth; rows = last + the head's excess.
         times, _ = _time_shapes(backend, [(w, "last") for w in widths], repeats)
-        surface.last[depth] = {m: ms for (m, _kind), ms in times.items()}
-        surface.rows[depth] = {
+        surface.last[depth] = monotone({m: ms for (m, _kind), ms in times.items()})
+        surface.rows[depth] = monotone({
             w: surface.last[depth][w]
             + max(0.0, surface.quiet(w, "rows", base) - surface.quiet(w, "last", base))
-            for w in widths}
+            for w in widths})
         measured.append(depth)
     for d in measured:  # each depth's prefill chunk
         if d in started:
-            surface.last[d][chunk] = started[d]
+            surface.last[d] = monotone({**surface.last[d], chunk: started[d]})
 
 
 def _time_shapes(

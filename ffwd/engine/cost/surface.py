@@ -9,7 +9,8 @@ the level: on two CPU cores with an f16 cache and flash attention, 16 ids cost
 6x one id at depth 0 and 12x at depth 3k.
 
 Pricing ``c(m, d)``: at each measured depth, linear in m between measured
-points (the last segment extended past the end); between depths, linear in d;
+points (the last segment extended past the end), the points first pooled where
+a noisy one would price more ids below fewer (`monotone`); between depths, linear in d;
 past the deepest, the last two depths' slope extended (attention grows about
 linearly with depth). Past the backend's `max_append` a forward is impossible
 (``inf``).
@@ -71,6 +72,9 @@ class CostSurface:
             times = [ms for by_m in table.values() for ms in by_m.values()]
             if not times or any(not (ms > 0 and math.isfinite(ms)) for ms in times):
                 raise ValueError(f"cost surface {kind}: expected positive times, got {table}")
+            # A forward of more ids is never cheaper: a noisy point must not price a
+            # longer span below a shorter one.
+            setattr(self, kind, {d: monotone(by_m) for d, by_m in table.items()})
         if isinstance(self.max_append, bool) or not (isinstance(self.max_append, int)
                                                      and self.max_append >= 1):
             raise ValueError(f"cost surface: max_append {self.max_append!r}, expected >= 1")
@@ -145,6 +149,26 @@ def flat(rows: Mapping[int, float], last: Mapping[int, float], max_append: int,
          undo: Undo | None = None) -> CostSurface:
     """A surface measured at one depth only (priced the same at every depth)."""
     return CostSurface({0: dict(rows)}, {0: dict(last)}, max_append, undo or Undo())
+
+
+def monotone(by_m: Mapping[int, float]) -> dict[int, float]:
+    """The least-squares fit to `by_m` (ms by span length) that never falls as m grows:
+    each run of points that falls is pooled to its mean (pool adjacent violators).
+
+    >>> monotone({1: 8.6, 2: 21.8, 4: 18.2, 8: 30.0})
+    {1: 8.6, 2: 20.0, 4: 20.0, 8: 30.0}
+    >>> monotone({1: 10.0, 4: 16.0})
+    {1: 10.0, 4: 16.0}
+    """
+    blocks: list[list[float]] = []  # [sum, count] of each pooled run, in m order
+    for m in sorted(by_m):
+        blocks.append([by_m[m], 1.0])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
+            total, count = blocks.pop()
+            blocks[-1][0] += total
+            blocks[-1][1] += count
+    means = [total / count for total, count in blocks for _ in range(int(count))]
+    return dict(zip(sorted(by_m), means, strict=True))
 
 
 def _interpolate(table: Mapping[int, float], x: int) -> float:
