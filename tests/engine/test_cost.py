@@ -61,13 +61,13 @@ def test_one_id_at_a_time_backends_cannot_forward_spans() -> None:
 
 def test_interpolation_in_width_and_depth_and_the_running_level() -> None:
     s = CostSurface({0: {1: 10.0, 4: 16.0}, 1000: {1: 20.0, 4: 40.0}},
-                    {0: {1: 9.0, 4: 12.0}, 1000: {1: 19.0, 4: 30.0}}, max_append=64)
+                    {0: {1: 10.0, 4: 13.0}, 1000: {1: 20.0, 4: 30.0}}, max_append=64)
     assert s.cost(2) == pytest.approx(12.0)
-    assert s.cost(2, "last") == pytest.approx(10.0)
+    assert s.cost(2, "last") == pytest.approx(11.0)
     assert s.cost(4, depth=500) == pytest.approx(28.0)  # halfway between the depths
     assert s.cost(4, depth=2000) == pytest.approx(64.0)  # the last slope carried on
     for _ in range(200):  # the machine got twice as slow
-        s.observe(1, 38.0, "last", depth=1000)
+        s.observe(1, 40.0, "last", depth=1000)
     assert s.cost(1) == pytest.approx(20.0, rel=0.01)  # the whole surface moved
     assert s.cost(4, depth=1000) == pytest.approx(80.0, rel=0.01)
     assert math.isinf(s.cost(65))
@@ -99,6 +99,13 @@ def test_a_noisy_point_never_prices_a_longer_span_below_a_shorter_one() -> None:
         by_m = [s.cost(m, kind, 96) for m in range(1, 65)]
         assert by_m == sorted(by_m)
     assert CostSurface.from_dict(s.as_dict()).rows == s.rows  # and so once cached
+
+
+def test_the_two_timings_of_a_one_id_forward_are_one_forward() -> None:
+    # A plain step asks for the last row, a verify of nothing more for every row: with one
+    # id they are the same forward, so a noisy pair must not make verifying look cheap.
+    s = CostSurface({96: {1: 12.9, 2: 16.3}}, {96: {1: 10.7, 2: 15.8}}, max_append=64)
+    assert s.cost(1) == s.cost(1, "last") == pytest.approx(11.8)
 
 
 def test_bad_tables_are_refused() -> None:

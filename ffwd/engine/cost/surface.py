@@ -10,7 +10,8 @@ the level: on two CPU cores with an f16 cache and flash attention, 16 ids cost
 
 Pricing ``c(m, d)``: at each measured depth, linear in m between measured
 points (the last segment extended past the end), the points first pooled where
-a noisy one would price more ids below fewer (`monotone`); between depths, linear in d;
+a noisy one would price more ids below fewer (`monotone`) and the two timings of a
+one-id forward averaged (it is one forward); between depths, linear in d;
 past the deepest, the last two depths' slope extended (attention grows about
 linearly with depth). Past the backend's `max_append` a forward is impossible
 (``inf``).
@@ -25,9 +26,9 @@ For caches that cannot rewind, `undo` is what a rejected span adds: a
 checkpoint before it and a restore after it (measured too).
 
 >>> s = CostSurface({0: {1: 10.0, 16: 40.0}, 1000: {1: 20.0, 16: 100.0}},
-...                 {0: {1: 9.0, 16: 30.0}, 1000: {1: 19.0, 16: 90.0}}, max_append=512)
+...                 {0: {1: 10.0, 16: 30.0}, 1000: {1: 20.0, 16: 90.0}}, max_append=512)
 >>> s.cost(16, depth=500), s.cost(1, "last", depth=3000)
-(70.0, 39.0)
+(70.0, 40.0)
 """
 
 from __future__ import annotations
@@ -72,15 +73,22 @@ class CostSurface:
             times = [ms for by_m in table.values() for ms in by_m.values()]
             if not times or any(not (ms > 0 and math.isfinite(ms)) for ms in times):
                 raise ValueError(f"cost surface {kind}: expected positive times, got {table}")
-            # A forward of more ids is never cheaper: a noisy point must not price a
-            # longer span below a shorter one.
-            setattr(self, kind, {d: monotone(by_m) for d, by_m in table.items()})
         if isinstance(self.max_append, bool) or not (isinstance(self.max_append, int)
                                                      and self.max_append >= 1):
             raise ValueError(f"cost surface: max_append {self.max_append!r}, expected >= 1")
         if sorted(self.rows) != sorted(self.last):
             raise ValueError(f"cost surface: rows at depths {sorted(self.rows)}, "
                              f"last at {sorted(self.last)}")
+        # A forward of one id is the same forward whichever rows are asked for (there is
+        # one): both timings are samples of it. And a forward of more ids is never
+        # cheaper: a noisy point must not price a longer span below a shorter one.
+        rows = {d: dict(by_m) for d, by_m in self.rows.items()}
+        last = {d: dict(by_m) for d, by_m in self.last.items()}
+        for d in rows:
+            if 1 in rows[d] and 1 in last[d]:
+                rows[d][1] = last[d][1] = (rows[d][1] + last[d][1]) / 2
+        self.rows = {d: monotone(by_m) for d, by_m in rows.items()}
+        self.last = {d: monotone(by_m) for d, by_m in last.items()}
 
     @property
     def depths(self) -> list[int]:
