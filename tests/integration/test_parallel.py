@@ -33,8 +33,10 @@ WORDS = ["river", "stone", "lamp", "seven", "quiet", "north", "apple", "glass", 
          "paper", "bridge", "green", "tomorrow", "engine", "salt", "market"]
 
 
-def chat(url: str, content: str, max_tokens: int, **extra: Any) -> dict[str, Any]:
-    r = httpx.post(url + "/v1/chat/completions", timeout=300, json={
+def chat(url: str, content: str, max_tokens: int, key: str = "",
+         **extra: Any) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = httpx.post(url + "/v1/chat/completions", timeout=300, headers=headers, json={
         "model": "default", "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens, "temperature": 0, "logprobs": True, **extra})
     assert r.status_code == 200, r.text
@@ -68,12 +70,16 @@ def test_a_request_alone_and_beside_others_gives_the_same_ids(
 ) -> None:
     url = exact_server.url
     ask = "Write a few lines about " + " ".join(words) + "."
-    alone = chat(url, ask, 24)
+    # Each request under a key of its own: recall keeps a key's earlier replies, and the
+    # same request again under the same key would be recalled whole in a forward or two,
+    # done before the others start decoding beside it.
+    key = uuid.uuid4().hex[:12]
+    alone = chat(url, ask, 24, key=f"{key}-alone")
     before = batched_forwards(url)
     results: dict[int, dict[str, Any]] = {}
 
     def run(i: int, content: str, n: int) -> None:
-        results[i] = chat(url, content, n)
+        results[i] = chat(url, content, n, key=f"{key}-{i}")
 
     threads = [threading.Thread(target=run, args=(0, ask, 24))]
     threads += [threading.Thread(target=run, args=(i + 1, "Tell a story: " + " ".join(m), 48))

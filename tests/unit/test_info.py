@@ -133,7 +133,7 @@ def test_info_reports_the_attention_table_once_measured(
     assert out["attention"].startswith("not measured yet")
     # The key the loader uses: where it runs, threads, context, batch, the settings.
     assert seen == [("llamacpp", "cpu", 2, 8192, 512, "auto", "auto", False)]
-    surface = flat({1: 9.5, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
+    surface = flat({1: 9.0, 4: 12.25}, {1: 9.0, 4: 10.0}, max_append=512)
     table = AttentionTable({"flash/f16": Measured(surface, 278.0),
                             "plain/f16": Measured(surface, 346.0)}, "plain/f16", "fastest")
     (tmp_path / "costs.json").write_text(json.dumps(table.as_dict()))
