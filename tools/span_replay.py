@@ -201,7 +201,7 @@ def replay(requests: Sequence[dict[str, Any]], surface: CostSurface, tokenizer: 
            name: str = "replay", oracle: bool = False) -> list[Replayed]:
     """Replay `requests` in order on one service (module docstring); with `oracle`, the
     spans are sized by the recorded output (`oracle_policy`)."""
-    from ffwd.engine.core.generate import drive, stream_steps
+    from ffwd.engine.core.generate import drive
 
     backend = ReplayBackend(surface, len(tokenizer), [tokenizer.eos_token_id])
     service = _service(backend, tokenizer, name)
@@ -212,11 +212,9 @@ def replay(requests: Sequence[dict[str, Any]], surface: CostSurface, tokenizer: 
         prompt, output = ready.prompt_ids, list(req["output"])
         backend.load(prompt + output)
         result = None
-        steps = stream_steps(backend, tokenizer, ready.prepared, policy=policy)
-        for event in drive(backend, steps):
+        for event in drive(backend, service.steps(ready, backend, lambda: False, policy)):
             result = event.result or result
         assert result is not None
-        service.recall.add(ready.tenant, [*prompt, *result.token_ids])  # as `steps` does
         got = result.token_ids + [i for i in output[len(result.token_ids):][:1]
                                   if i in backend.eos_ids]
         if got != output:

@@ -30,7 +30,7 @@ from ffwd.config import (
     TokenLimits,
 )
 from ffwd.engine.backend import Backend, Context
-from ffwd.engine.core.decode import Steps
+from ffwd.engine.core.decode import SpanPolicy, Steps
 from ffwd.engine.core.generate import Prepared, stream_steps
 from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.engine.events import GenerationResult
@@ -265,16 +265,19 @@ class ModelService:
     def prompt(self, ready: Ready) -> list[int]:
         return ready.prompt_ids
 
-    def steps(self, ready: Ready, seq: Backend, cancelled: Callable[[], bool]) -> Steps[None]:
-        """The run on `seq`; once its result is made, the request (its prompt, then its
-        output) joins the tenant's earlier ones (`ffwd.fill.recall`)."""
+    def steps(self, ready: Ready, seq: Backend, cancelled: Callable[[], bool],
+              policy: SpanPolicy | None = None) -> Steps[None]:
+        """The run on `seq` (verify spans sized by `policy`, by default the backend's cost
+        curve); once its result is made, the request (its prompt, then its output) joins
+        the tenant's earlier ones (`ffwd.fill.recall`)."""
         prep = ready.prepared
 
         def finish(result: GenerationResult) -> None:  # before the client has it
             result.cap = ready.cap
             self.recall.add(ready.tenant, [*prep.prompt_ids, *result.token_ids])
 
-        return stream_steps(seq, self.tokenizer, prep, cancelled=cancelled, done=finish)
+        return stream_steps(seq, self.tokenizer, prep, cancelled=cancelled, policy=policy,
+                            done=finish)
 
 
 def load_service(

@@ -168,14 +168,14 @@ def monotone(by_m: Mapping[int, float]) -> dict[int, float]:
     >>> monotone({1: 10.0, 4: 16.0})
     {1: 10.0, 4: 16.0}
     """
-    blocks: list[list[float]] = []  # [sum, count] of each pooled run, in m order
+    blocks: list[tuple[float, int]] = []  # (sum, count) of each pooled run, in m order
     for m in sorted(by_m):
-        blocks.append([by_m[m], 1.0])
-        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
-            total, count = blocks.pop()
-            blocks[-1][0] += total
-            blocks[-1][1] += count
-    means = [total / count for total, count in blocks for _ in range(int(count))]
+        total, count = by_m[m], 1
+        while blocks and blocks[-1][0] / blocks[-1][1] > total / count:
+            before, n = blocks.pop()
+            total, count = total + before, count + n
+        blocks.append((total, count))
+    means = [total / count for total, count in blocks for _ in range(count)]
     return dict(zip(sorted(by_m), means, strict=True))
 
 
