@@ -198,15 +198,6 @@ class GrammarConstraint:
         allowed = self._allowed_ids(logits.shape[-1])
         return torch.where(allowed, logits, torch.tensor(-float("inf"), dtype=logits.dtype))
 
-    def allows(self, token_id: int, generated: Sequence[int]) -> bool:
-        """Whether `token_id` may follow `generated` (`mask` leaves it finite): the mask's
-        bit when it is computed, else llguidance's check of that one id, which costs a
-        lexer step rather than a pass over the vocabulary."""
-        self.sync(generated)
-        if self._allowed is not None:
-            return token_id < self._allowed.shape[0] and bool(self._allowed[token_id])
-        return token_id < self._vocab and self._m.validate_tokens([int(token_id)]) == 1
-
     def _allowed_ids(self, width: int) -> torch.Tensor:
         if self._allowed is None or self._allowed.shape[0] != width:
             words = self._words

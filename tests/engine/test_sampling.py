@@ -251,9 +251,6 @@ class OnlyIds:
         keep[self.ids] = True
         return logits.masked_fill(~keep, -float("inf"))
 
-    def allows(self, token_id: int, generated: Sequence[int]) -> bool:
-        return token_id in self.ids
-
 
 @pytest.mark.parametrize("temperature", [0.0, 5e-324, 1e-300, 1e-30, 0.7])
 def test_a_vanishing_temperature_draws_the_allowed_argmax(temperature: float) -> None:

@@ -108,11 +108,6 @@ class TokenConstraint(Protocol):
         goes, back after a rejected span included."""
         ...
 
-    def allows(self, token_id: int, generated: Sequence[int]) -> bool:
-        """Whether `mask` leaves `token_id` finite after `generated` (one id's check,
-        cheaper than the mask)."""
-        ...
-
 
 class ConstraintFactory(Protocol):
     """What gives each run of a request its own `TokenConstraint` (a compiled grammar)."""
@@ -155,7 +150,6 @@ class Sampler:
         p = params
         self._penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
         self._plain = not (self._penalised or p.logit_bias or constraint is not None)
-        self._only_masked = constraint is not None and not (self._penalised or p.logit_bias)
 
     @property
     def greedy(self) -> bool:
@@ -231,12 +225,6 @@ class Sampler:
         if self.plain_greedy:  # the hot path: no copy, no processing
             return argmax(logits)
         if self.greedy:
-            if self._only_masked and self.constraint is not None:
-                # The raw argmax, where the constraint allows it, is the masked argmax
-                # (the first of the largest logits): one id checked, not the vocabulary.
-                best = argmax(logits)
-                if math.isfinite(float(logits[best])) and self.constraint.allows(best, generated):
-                    return best
             return self._argmax(self.process(logits, generated), logits, generated)
         return self.draw(self.probs(logits, generated), len(generated))
 
@@ -322,10 +310,9 @@ def verify_span(
                 return SpanVerdict(j, best)
             history.append(tok)
             continue
-        # Greedy: the allowed argmax. Sampling: the position's own draw, as plain decoding
-        # makes it.
-        got = sampler.sample(logits[j], history) if sampler.greedy else sampler.draw(
-            sampler.probs(logits[j], history), len(history))
+        probs = sampler.probs(logits[j], history)
+        # Greedy: the argmax. Sampling: the position's own draw, as plain decoding makes it.
+        got = int(probs.argmax()) if sampler.greedy else sampler.draw(probs, len(history))
         if got != tok:
             return SpanVerdict(j, got)
         history.append(tok)
