@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ffwd.templates.formats.base import AtPosition, NameSoFar
 from ffwd.templates.rows.align import unique_prefixes
 from ffwd.templates.rows.sentinels import Call
@@ -18,14 +20,15 @@ from ffwd.templates.rows.table import RowTable
 ANCHOR = 2  # tokens before a name that anchor its rows
 
 
-def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: list[int]) -> None:
+def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: list[int],
+                encode: Callable[[str], list[int]]) -> None:
     """A forced call: the prompt's last ids `tail` trigger the turn's opening run.
 
-    Generation starts a fresh token after the prompt, so the run comes from
-    turns that start on a token boundary; where the template's own prompt
-    merges into the turn (``[/INST][TOOL_CALLS]``), turns after a special
-    token show how the turn tokenizes on its own."""
-    heads = {tuple(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.name[0])]) for c in calls if c.clean}
+    Generation starts a fresh token after the prompt, so the opening markup is
+    the turn's text up to the name's first token, tokenized on its own (where
+    the prompt merges into the turn, ``[/INST][TOOL_CALLS]``, a whole rendering
+    would show it merged), then the ids all names share."""
+    heads = {tuple(encode(c.r.text[c.a0 : c.r.starts[c.r.tok(c.lay.name[0])]])) for c in calls}
     if len(heads) == 1:
         table.add(tail, [*heads.pop(), *shared], "scaffold", None)
 

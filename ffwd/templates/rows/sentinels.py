@@ -21,6 +21,7 @@ from ffwd.templates.formats import ToolFormat
 from ffwd.templates.formats.base import CallLayout
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows.align import Text, View, lcp
+from ffwd.templates.turns import turn_start
 
 SLOTS = 2  # sentinel values per type; every key meets each of them
 ENUM_MAX = 8  # enums up to this size are rendered value by value
@@ -122,14 +123,21 @@ class Call:
 
     @property
     def body(self) -> list[int]:
-        """The ids from its name to the one that closes its arguments."""
-        return list(self.r.ids[self.r.tok(self.lay.name[0]) : self.r.tok(self.lay.close) + 1])
+        """The ids from its name to the one that closes its arguments (but those of
+        markup that varies from call to call)."""
+        r, varying = self.r, self.lay.varying
+        span = range(r.tok(self.lay.name[0]), r.tok(self.lay.close) + 1)
+        return [r.ids[i] for i in span
+                if not any(r.starts[i] < e and r.ends[i] > s for s, e in varying)]
 
     def run(self, i: int) -> View:
         """From token `i` to where the call's determined markup must end."""
         return self.view(i, min(self.more, self.end))
 
     def view(self, i: int, cap: float) -> View:
+        """From token `i` up to `cap`, and never into markup that varies by call."""
+        at = self.r.starts[i] if i < len(self.r.starts) else float("inf")
+        cap = min([cap, *(s for s, _ in self.lay.varying if s >= at)])
         return self.r, i, cap, cap >= self.end and not self.last
 
 
@@ -160,6 +168,9 @@ class Renderer:
         self.backend = backend
         self.template = template
         self.fmt = fmt
+
+    def encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
 
     def render(
         self, conversations: Sequence[list[dict[str, Any]]], tool: Mapping[str, Any]
@@ -195,12 +206,7 @@ class Renderer:
         call0 = (name0, variants(first["function"]["parameters"])[0])
         prompt = render_chat(self.template, [USER], [first], tokenizer=self.tokenizer)
         head_r, *extra_r = self._render_extras(first, call0)
-        if not head_r.text.startswith(prompt):
-            raise ValueError(
-                "the chat template renders the generation prompt differently from the start of "
-                "an assistant turn; strict rows cannot be aligned"
-            )
-        a0 = len(prompt)
+        a0 = turn_start(prompt, head_r.text)
         head = self.locate(head_r, [call0], a0)[0]
         pre = head_r.text[a0 : head.open[0]]  # what a turn writes before its first marker
         turn_len = len(head_r.text) - head.close
