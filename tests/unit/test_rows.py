@@ -15,7 +15,6 @@ import pytest
 
 from ffwd.bench.replay import ReplayResult, replay_turn
 from ffwd.fill import FillSession
-from ffwd.templates.choose import resolve_template
 from ffwd.templates.formats import get_format
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids

@@ -213,7 +213,7 @@ class Renderer:
         # A turn that another turn follows may end in a token merged with the next
         # one: there, the turn's last token (as the lone rendering has it) is unknown.
         inner_len = head_r.starts[head_r.tok(len(head_r.text) - 1)] - head.close
-        delta = _close_delta(head_r.text, head, extra_r)
+        delta = _close_delta(head_r, head, extra_r)
 
         def call(r: Text, name: str, lay: CallLayout, start: int, last: bool = True) -> Call:
             more = lay.close + delta if delta is not None else float("inf")
@@ -306,17 +306,18 @@ def _extra_specs(call0: Job) -> list[tuple[list[Job], str | None]]:
     return [([call0, call0], None), ([call0], CONTENT)]
 
 
-def _close_delta(single: str, head: CallLayout, extras: list[Text]) -> int | None:
+def _close_delta(single: Text, head: CallLayout, extras: list[Text]) -> int | None:
     """Characters from the closing commit to where "another call" and "end of
-    turn" part ways; None when a turn carries one call."""
+    turn" part ways, at a token: the first whose id differs (the last character
+    before the parting may merge with either); None when a turn carries one call."""
     if not extras:
         return None
-    double = extras[0].text
-    n = next(
-        (i for i, (x, y) in enumerate(zip(single, double, strict=False)) if x != y),
-        min(len(single), len(double)),
-    )
-    return n - head.close
+    double = extras[0]
+    i = single.tok(head.close)
+    while (i < min(len(single.ids), len(double.ids)) and single.ids[i] == double.ids[i]
+           and single.starts[i] == double.starts[i]):
+        i += 1
+    return (single.starts[i] if i < len(single.ids) else len(single.text)) - head.close
 
 
 def _assistant(calls: Sequence[Job], content: str | None = None) -> dict[str, Any]:
