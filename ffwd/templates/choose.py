@@ -67,6 +67,9 @@ def resolve_template(
         return Resolved(override, None, "tool calls are off: the chat template reads no tools")
     name = fmt or DEFAULT_FORMAT
     chosen = get_format(name)
+    if chosen.builtin is None:
+        raise ValueError(f"no builtin template writes the {name} format and the model's "
+                         f"does not: pass a chat template that writes it (--chat-template)")
     if name == "hermes" and _single_token(tokenizer, "<start_of_turn>"):
         return Resolved(builtin_template("gemma"), chosen, "tool calls: hermes (builtin template, "
                                                            "Gemma turns)")

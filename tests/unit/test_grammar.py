@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from ffwd.bench.replay import assistant_ids, in_schema_order
 from ffwd.bench.workloads.bfcl import load_entries
 from ffwd.grammar import GrammarError, RequestGrammars
-from ffwd.templates.choose import resolve_template
-from ffwd.templates.formats import FORMATS, get_format
+from ffwd.templates.formats import get_format
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import default_eos_ids
 from ffwd.templates.tools import normalize_tools
+from tests.unit._collection import template_for, written_formats
 from tests.unit._tokenizers import tokenizer
 
 STR = {"type": "string"}
@@ -45,22 +45,20 @@ TIME = {
 }
 TOOLS = [WEATHER, TIME]
 USER = [{"role": "user", "content": "Weather in Oslo?"}]
+FORMATS = written_formats()
 
 
 @cache
 def grammars(fmt: str) -> RequestGrammars:
     tok = tokenizer("default")
-    resolved = resolve_template(tok, fmt)
-    template, name = resolved.template, resolved.format_name
-    return RequestGrammars(tok, template, name, len(tok), default_eos_ids(tok))
+    return RequestGrammars(tok, template_for(fmt), fmt, len(tok), default_eos_ids(tok))
 
 
 def turn_ids(fmt: str, tools: list[dict[str, Any]], calls: list[tuple[str, Any]],
              content: str | None = None, messages: list[dict[str, Any]] = USER) -> list[int]:
     """The ids a model writes for this assistant turn (rendered whole), through EOS."""
     tok = tokenizer("default")
-    resolved = resolve_template(tok, fmt)
-    template, _ = resolved.template, resolved.format_name
+    template = template_for(fmt)
     answer = {
         "role": "assistant",
         "content": content,

@@ -57,6 +57,9 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("book", {"nights": 1, "guest": {}}),
 ]
 USER = [{"role": "user", "content": "Help me."}]
+# Formats whose call ends where its arguments end: the model then writes another
+# call or ends the turn, so nothing after the name is determined markup.
+UNCLOSED = {"mistral_v11", "mistral_v11_ids"}
 CASES = [(spec, fmt) for spec in SPECS for fmt in written_formats()]
 
 
@@ -107,7 +110,8 @@ def test_rows_agree_with_whole_renderings(spec: str, fmt: str, choice: str) -> N
     # scaffold where the name follows the marker, nothing to close after mistral's "}}").
     for kind in ("name", "key"):
         assert result.by_kind[kind] > 0, kind
-    assert result.by_kind["scaffold"] + result.by_kind["close"] + result.by_kind["turn-end"]
+    if fmt not in UNCLOSED:
+        assert result.by_kind["scaffold"] + result.by_kind["close"] + result.by_kind["turn-end"]
 
 
 @pytest.mark.parametrize(("spec", "fmt"), [c for c in CASES if c[1] != "llama3_json"])

@@ -111,7 +111,7 @@ def _build(
     scaffold_rows(table, [calls[0], *found.extras], shared)
     name_rows(table, calls[0], runs, by_tool, len(shared))
     for cs in by_tool.values():
-        key_rows(table, cs)
+        key_rows(table, cs, renderer.encode)
     value_end_rows(table, calls)
     close_rows(table, [*calls, *found.probes])
     delimiters(table, [*calls, *found.probes])

@@ -27,10 +27,12 @@ def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: lis
     Generation starts a fresh token after the prompt, so the opening markup is
     the turn's text up to the name's first token, tokenized on its own (where
     the prompt merges into the turn, ``[/INST][TOOL_CALLS]``, a whole rendering
-    would show it merged), then the ids all names share."""
+    would show it merged), then the ids all names share. It fires only where
+    nothing is written yet: the tail's ids may recur inside a call."""
     heads = {tuple(encode(c.r.text[c.a0 : c.r.starts[c.r.tok(c.lay.name[0])]])) for c in calls}
     if len(heads) == 1:
-        table.add(tail, [*heads.pop(), *shared], "scaffold", None)
+        fresh = AtPosition(table.fmt.new_parser().state.where)
+        table.add(tail, [*heads.pop(), *shared], "scaffold", fresh)
 
 
 def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -> None:
