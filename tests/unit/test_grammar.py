@@ -3,8 +3,6 @@ the mask and the forced tokens, checked against whole template renderings."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 from functools import cache
 from typing import Any
@@ -243,14 +241,6 @@ def test_the_mask_lets_only_grammar_ids_through_and_follows_rollbacks() -> None:
     assert constraint.position == len(forced)
     again = constraint.mask(logits, forced[:1])
     assert constraint.position == 1 and int(again.argmax()) == forced[1]
-
-
-@pytest.mark.parametrize(
-    "module", ["ffwd.grammar.lark", "ffwd.grammar.build", "tools.grammar_overhead"]
-)
-def test_docstring_examples_hold(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_end_of_turn_follows_a_complete_grammar() -> None:

@@ -7,8 +7,6 @@ propose exactly the ids that follow, for all four formats on both tokenizers.
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from typing import Any
 
 import pytest
@@ -60,7 +58,10 @@ USER = [{"role": "user", "content": "Help me."}]
 # Formats whose call ends where its arguments end: the model then writes another
 # call or ends the turn, so nothing after the name is determined markup.
 UNCLOSED = {"mistral_v11", "mistral_v11_ids"}
-CASES = [(spec, fmt) for spec in SPECS for fmt in written_formats()]
+# Gemma's vocabulary reads "▁" as a space, so DeepSeek's markup ("<｜tool▁sep｜>") decodes
+# as text a model could write with spaces; DeepSeek's own vocabulary has it as one token.
+CASES = [(spec, fmt) for spec in SPECS for fmt in written_formats()
+         if not (spec == "gemma3" and "▁" in get_format(fmt).open_marker)]
 
 
 def setup(spec: str, fmt: str) -> tuple[Any, str, str]:
@@ -287,25 +288,6 @@ def test_a_fast_tokenizer_is_required() -> None:
 
     with pytest.raises(ValueError, match="fast tokenizer"):
         compile_tools(Slow(), setup("default", "hermes")[1], TOOLS)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "ffwd.templates.rows",
-        "ffwd.templates.rows.align",
-        "ffwd.templates.rows.sentinels",
-        "ffwd.templates.render",
-        "ffwd.templates.formats",
-        "ffwd.templates.formats.marker",
-        "ffwd.templates.formats.jsonlayout",
-        "ffwd.templates.formats.qwen_xml",
-        "ffwd.bench.workloads.bfcl",
-    ],
-)
-def test_docstring_examples_hold(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize("spec", SPECS)

@@ -215,15 +215,26 @@ class Renderer:
         inner_len = head_r.starts[head_r.tok(len(head_r.text) - 1)] - head.close
         delta = _close_delta(head_r, head, extra_r)
 
+        tail = head_r.text[head.close :]
+
         def call(r: Text, name: str, lay: CallLayout, start: int, last: bool = True) -> Call:
             more = lay.close + delta if delta is not None else float("inf")
-            end = lay.close + (turn_len if last else inner_len)
+            # An earlier turn may end otherwise than the last one does (Nemotron's
+            # "</TOOLCALL>\n<SPECIAL_12>\n"): from the last character they share (it
+            # may merge with what follows), it has no say.
+            here = r.text[lay.close : lay.close + turn_len]
+            shared = _shared(tail, here)
+            inner = inner_len if shared == len(tail) else min(inner_len, shared - 1)
+            end = lay.close + (turn_len if last else inner)
             return Call(r, name, lay, start, more, end, last)
 
         extras = []
         for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
-            for lay in self.locate(r, calls, a0):
-                extras.append(call(r, name0, lay, a0))
+            try:
+                lays = self.locate(r, calls, a0)
+            except ValueError:
+                continue  # a template may drop calls beside content (DeepSeek R1's)
+            extras.extend(call(r, name0, lay, a0) for lay in lays)
         jobs = [(t["function"]["name"], args) for round_ in _rounds(tools) for t, args in round_]
         # One-key calls whose values end in every common way: how a value's end
         # merges with the closing markup does not depend on the tool.
@@ -318,6 +329,12 @@ def _close_delta(single: Text, head: CallLayout, extras: list[Text]) -> int | No
            and single.starts[i] == double.starts[i]):
         i += 1
     return (single.starts[i] if i < len(single.ids) else len(single.text)) - head.close
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
 
 
 def _assistant(calls: Sequence[Job], content: str | None = None) -> dict[str, Any]:
