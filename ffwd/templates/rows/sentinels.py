@@ -131,8 +131,10 @@ class Call:
                 if not any(r.starts[i] < e and r.ends[i] > s for s, e in varying)]
 
     def run(self, i: int) -> View:
-        """From token `i` to where the call's determined markup must end."""
-        return self.view(i, min(self.more, self.end))
+        """From token `i` to where the call's determined markup must end: before
+        the last character "another call" and "end of turn" share, which may merge
+        with either (``}}`` beside ``}},``)."""
+        return self.view(i, min(self.more - 1, self.end))
 
     def view(self, i: int, cap: float) -> View:
         """From token `i` up to `cap`, and never into markup that varies by call."""
@@ -318,17 +320,11 @@ def _extra_specs(call0: Job) -> list[tuple[list[Job], str | None]]:
 
 
 def _close_delta(single: Text, head: CallLayout, extras: list[Text]) -> int | None:
-    """Characters from the closing commit to where "another call" and "end of
-    turn" part ways, at a token: the first whose id differs (the last character
-    before the parting may merge with either); None when a turn carries one call."""
+    """Characters from the closing commit to where "another call" and "end of turn"
+    part ways; None when a turn carries one call."""
     if not extras:
         return None
-    double = extras[0]
-    i = single.tok(head.close)
-    while (i < min(len(single.ids), len(double.ids)) and single.ids[i] == double.ids[i]
-           and single.starts[i] == double.starts[i]):
-        i += 1
-    return (single.starts[i] if i < len(single.ids) else len(single.text)) - head.close
+    return _shared(single.text, extras[0].text) - head.close
 
 
 def _shared(a: str, b: str) -> int:
