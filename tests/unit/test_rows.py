@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ffwd.bench.replay import ReplayResult, replay_turn
+from ffwd.bench.replay import ReplayResult, assistant_ids, replay_turn
 from ffwd.fill import FillSession
 from ffwd.templates.formats import get_format
 from ffwd.templates.render import render_chat
@@ -58,6 +58,13 @@ USER = [{"role": "user", "content": "Help me."}]
 # Formats whose call ends where its arguments end: the model then writes another
 # call or ends the turn, so nothing after the name is determined markup.
 UNCLOSED = {"mistral_v11", "mistral_v11_ids"}
+# Formats whose calls carry an id or an index that differs by call (Kimi's "functions.f:0",
+# Solar's and Mistral's ids, Command-R's "tool_call_id"): a forced opening stops there.
+IDS = {"mistral_v11_ids", "kimi_k2", "kimi_k3", "solar", "command_r"}
+# Templates whose turn does not open the same way at the start of a conversation and
+# later (DeepSeek R1's first-call-only "<｜tool▁calls▁begin｜>", Apriel's reasoning):
+# nothing is forced before the first sample.
+OPEN_START = {"deepseek_r1", "apriel"}
 # Gemma's vocabulary reads "▁" as a space, so DeepSeek's markup ("<｜tool▁sep｜>") decodes
 # as text a model could write with spaces; DeepSeek's own vocabulary has it as one token.
 CASES = [(spec, fmt) for spec in SPECS for fmt in written_formats()
@@ -121,7 +128,10 @@ def test_two_calls_and_content_in_one_turn(spec: str, fmt: str) -> None:
     turns = [answer(CALLS[:2]), answer([CALLS[7], CALLS[4]], "Let me check.")]
     result = replay(spec, fmt, ct, TOOLS, turns)
     assert result.mismatches == 0, result.examples
-    assert result.injected > result.tokens // 5
+    if fmt in UNCLOSED & IDS:  # ids and what follows the arguments are the model's own
+        assert result.by_kind["name"] > 0 and result.by_kind["key"] > 0
+    else:
+        assert result.injected > result.tokens // 5
 
 
 @pytest.mark.parametrize(("spec", "fmt"), CASES)
@@ -134,10 +144,19 @@ def test_a_single_tool_scaffold_carries_the_name_up_to_the_first_argument(
     assert scaffolds
     for row in scaffolds:
         text = decode(spec, row.emit)
-        assert "get_weather" in text
+        assert "get_weather" in text or fmt in IDS  # an id may come first (Solar)
         assert "city" not in text and "unit" not in text  # which argument comes first is open
     result = replay(spec, fmt, ct, weather, [answer([CALLS[0]])])
     assert result.mismatches == 0 and result.by_kind["name"] == 0
+
+
+def first_turn(spec: str, fmt: str, tools: list[dict[str, Any]], call: tuple[str, Any]
+               ) -> tuple[str, list[int]]:
+    """The template's whole rendering of a turn making `call`, and the ids it writes."""
+    tok, template, _ = setup(spec, fmt)
+    prompt = render_chat(template, USER, tools, tokenizer=tok)
+    whole = render_chat(template, [*USER, answer([call])], tools, False, tokenizer=tok)
+    return whole, assistant_ids(tok, prompt, whole, default_eos_ids(tok))
 
 
 @pytest.mark.parametrize(("spec", "fmt"), CASES)
@@ -145,19 +164,22 @@ def test_a_tool_without_arguments_is_filled_through_its_closing_markup(spec: str
     ping = [TOOLS[5]]
     tok, template, _ = setup(spec, fmt)
     ct = compiled(spec, fmt, ping, "required")
-    prompt_ids = tok.encode(
-        render_chat(template, USER, ping, tokenizer=tok), add_special_tokens=False
-    )
+    prompt = render_chat(template, USER, ping, tokenizer=tok)
+    prompt_ids = tok.encode(prompt, add_special_tokens=False)
     proposal = FillSession(ct.plan, prompt_ids, strict_context=ct.new_context()).start()
+    whole, truth = first_turn(spec, fmt, ping, ("ping", {}))
+    if fmt in OPEN_START:
+        assert proposal is None or list(proposal.ids) == truth[: len(proposal.ids)]
+        return
     assert proposal is not None
-    text = decode(spec, proposal.ids)
-    # Everything the template writes from the name to the end of the arguments (where
-    # the last id may merge with what follows: mistral's "}" with "]" or ", ").
-    whole = render_chat(template, [*USER, answer([("ping", {})])], ping, False, tokenizer=tok)
-    lay = get_format(fmt).locate(whole, len(render_chat(template, USER, ping, tokenizer=tok)),
-                                 "ping", {})
+    # What the model would write, up to the end of the arguments (where the last id may
+    # merge with what follows: mistral's "}" with "]" or ", ") or to a per-call id.
+    assert list(proposal.ids) == truth[: len(proposal.ids)]
+    lay = get_format(fmt).locate(whole, len(prompt), "ping", {})
     assert lay is not None
-    assert whole[lay.name[0] : lay.close - 1] in text
+    cut = min([lay.close - 1, *(s for s, _ in lay.varying if s >= lay.name[0])])
+    if fmt not in IDS:
+        assert whole[lay.name[0] : cut] in decode(spec, proposal.ids)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -234,7 +256,10 @@ def test_forced_choices_fire_before_the_first_sample(spec: str, fmt: str) -> Non
     named = compiled(spec, fmt, TOOLS, {"type": "function", "function": {"name": "météo_du_jour"}})
     session = FillSession(named.plan, prompt_ids, strict_context=named.new_context())
     proposal = session.start()
-    assert proposal is not None and "météo_du_jour" in decode(spec, proposal.ids)
+    if fmt not in OPEN_START:
+        _, truth = first_turn(spec, fmt, TOOLS, CALLS[6])
+        assert proposal is not None and list(proposal.ids) == truth[: len(proposal.ids)]
+        assert fmt in IDS or "météo_du_jour" in decode(spec, proposal.ids)
     required = compiled(spec, fmt, TOOLS, "required")
     auto_result = replay(spec, fmt, auto, TOOLS, [answer([c]) for c in CALLS[:4]])
     forced_result = replay(spec, fmt, required, TOOLS, [answer([c]) for c in CALLS[:4]])

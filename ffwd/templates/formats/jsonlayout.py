@@ -8,12 +8,16 @@ closing quote and the brace that closes the arguments.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ffwd.templates.formats.base import ArgLayout, CallLayout
 
 _DECODER = json.JSONDecoder()
+
+
+_MEMBER = re.compile(r'":\s*"([^"]*)"')
 
 
 def locate_json_call(
@@ -44,7 +48,9 @@ def locate_json_call(
     if found is None:
         return None
     layouts, a1 = found
-    return CallLayout(opened, (ns + 1, ns + len(qname) - 1), layouts, a1 - 1)
+    # A string member before the name is the call's own (Command-R's "tool_call_id").
+    ids = tuple(m.span(1) for m in _MEMBER.finditer(text, obj, ns))
+    return CallLayout(opened, (ns + 1, ns + len(qname) - 1), layouts, a1 - 1, varying=ids)
 
 
 def json_arguments(

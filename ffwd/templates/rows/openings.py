@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ffwd.templates.formats.base import AtPosition, NameSoFar
-from ffwd.templates.rows.align import unique_prefixes
+from ffwd.templates.rows.align import lcp, unique_prefixes
 from ffwd.templates.rows.sentinels import Call
 from ffwd.templates.rows.table import RowTable
 
@@ -29,10 +29,21 @@ def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: lis
     the prompt merges into the turn, ``[/INST][TOOL_CALLS]``, a whole rendering
     would show it merged), then the ids all names share. It fires only where
     nothing is written yet: the tail's ids may recur inside a call."""
-    heads = {tuple(encode(c.r.text[c.a0 : c.r.starts[c.r.tok(c.lay.name[0])]])) for c in calls}
+    heads = {_head(c) for c in calls}
+    fresh = AtPosition(table.fmt.new_parser().state.where)
     if len(heads) == 1:
-        fresh = AtPosition(table.fmt.new_parser().state.where)
-        table.add(tail, [*heads.pop(), *shared], "scaffold", fresh)
+        head, to_name = heads.pop()
+        table.add(tail, [*encode(head), *(shared if to_name else [])], "scaffold", fresh)
+    else:  # what all openings share, before the last id (it may merge with what differs)
+        table.add(tail, lcp([encode(h) for h, _ in heads])[:-1], "scaffold", fresh)
+
+
+def _head(c: Call) -> tuple[str, bool]:
+    """The turn's text up to its first call's name (and whether it gets there), or
+    up to markup that varies by call (Solar's call id) when that comes first."""
+    name = c.r.starts[c.r.tok(c.lay.name[0])]
+    cut = min([name, *(s for s, _ in c.lay.varying if s >= c.a0)])
+    return c.r.text[c.a0 : cut], cut == name
 
 
 def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -> None:
@@ -42,7 +53,10 @@ def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -
         first, last = r.tok(c.lay.open[0]), r.tok(c.lay.open[1] - 1)
         if r.starts[first] < c.lay.open[0] and first < last:
             first += 1  # merged with what precedes the marker: not part of the trigger
-        emit = [*r.ids[last + 1 : r.tok(c.lay.name[0])], *shared]
+        name = r.tok(c.lay.name[0])
+        # Never into markup that varies by call (Solar's id before the name).
+        stop = min([name, *(r.tok(s) for s, _ in c.lay.varying if s >= c.lay.open[1])])
+        emit = [*r.ids[last + 1 : stop], *(shared if stop == name else [])]
         table.add(r.ids[first : last + 1], emit, "scaffold", AtPosition(table.where(c, last)))
 
 
