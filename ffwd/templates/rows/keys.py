@@ -29,9 +29,8 @@ def key_rows(table: RowTable, calls: list[Call], encode: Callable[[str], list[in
         for arg in c.lay.args:
             occurrences.setdefault(arg.key, []).append((c, arg))
     raw = {k: occ[0][0].r.text[slice(*occ[0][1].key_span)] for k, occ in occurrences.items()}
-    runs = {
-        k: run for k, occ in occurrences.items() if (run := _key_run(table, occ, encode)) is not None
-    }
+    runs = {k: run for k, occ in occurrences.items()
+            if (run := _key_run(table, occ, encode)) is not None}
     for key, run in runs.items():
         c, arg = occurrences[key][0]
         ks, ke = arg.key_span

@@ -230,7 +230,7 @@ class Renderer:
             end = lay.close + (turn_len if last else inner)
             return Call(r, name, lay, start, more, end, last)
 
-        extras = []
+        extras: list[Call] = []
         for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
             try:
                 lays = self.locate(r, calls, a0)
