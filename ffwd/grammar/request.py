@@ -8,6 +8,11 @@ to be constrained (no tools called and no JSON response format). Compiled
 grammars are cached per (tools, choice, parallel, response_format): agents
 resend the same tools every turn.
 
+Tool calls go unconstrained (``tools_unconstrained`` says why, and requests with
+tools get no grammar) for a format in `UNCHECKED`, whose call grammar does not yet
+accept every call its templates write (tests/unit/test_grammar.py finds them), and
+where the call's markup cannot be cut from the template's renderings.
+
 A request part the grammar cannot be built from raises `GrammarError`, whose
 `param` is ``tools`` or ``response_format``: a bad ``response_format`` shape,
 or a schema llguidance rejects, in one sentence that names its tool (or
@@ -38,6 +43,8 @@ from ffwd.templates.rows import tool_choice_name
 from ffwd.templates.tools import normalize_tools
 
 CACHE_ENTRIES = 64
+UNCHECKED = frozenset({"seed_oss", "dsml_v4", "minimax_m3", "minicpm5", "mistral_v11_ids",
+                       "deepseek_r1", "kimi_k2", "kimi_k3"})
 
 
 class RequestGrammars:
@@ -56,6 +63,19 @@ class RequestGrammars:
         self._skeleton: Skeleton | None = None
         self._cache: OrderedDict[str, Grammar] = OrderedDict()
         self._lock = threading.Lock()
+
+    @property
+    def tools_unconstrained(self) -> str | None:
+        """Why tool calls get no grammar with this format, or None."""
+        if self.format is None:
+            return None
+        if self.format.name in UNCHECKED:
+            return f"the {self.format.name} call grammar is not yet checked against its templates"
+        try:
+            _ = self.skeleton
+        except ValueError as exc:
+            return f"the call markup cannot be cut from the chat template ({exc})"
+        return None
 
     @property
     def skeleton(self) -> Skeleton:
@@ -93,6 +113,8 @@ class RequestGrammars:
         normalized = normalize_tools(tools) if tools else []
         choice = tool_choice_name(tool_choice, normalized) if normalized else "none"
         if choice == "none" and content is None:
+            return None
+        if choice != "none" and self.tools_unconstrained is not None:
             return None
         key = json.dumps([normalized, choice, parallel, response_format], sort_keys=True)
         with self._lock:

@@ -73,6 +73,11 @@ def derive(
         answer = {"role": "assistant", "content": None, "tool_calls": [call] * calls}
         return render_chat(template, [USER, answer], [_tool(args)], False, tokenizer=tokenizer)
 
+    def start(args: Mapping[str, Any]) -> int:
+        """Where the turn starts (the tool's schema, in the prompt, sets it)."""
+        prompt = render_chat(template, [USER], [_tool(args)], tokenizer=tokenizer)
+        return turn_start(prompt, turn(1, args))
+
     prompt = render_chat(template, [USER], [_tool(None)], tokenizer=tokenizer)
     single = turn(1)
     a0 = turn_start(prompt, single)
@@ -92,7 +97,7 @@ def derive(
         tail, end, between = after[:n], after[n:], other[n:]
     else:
         tail, end = after, ""
-    pairs = _pairs(fmt, turn, a0, mid) if fmt.arguments == "pairs" else None
+    pairs = _pairs(fmt, turn, start, mid) if fmt.arguments == "pairs" else None
     return Skeleton(lead, mid, tail, between, end, pairs)
 
 
@@ -102,14 +107,14 @@ def _tool(args: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"type": "function", "function": {"name": SENTINEL, "parameters": params}}
 
 
-def _pairs(fmt: ToolFormat, turn: Any, a0: int, mid: str) -> Pairs:
+def _pairs(fmt: ToolFormat, turn: Any, start: Any, mid: str) -> Pairs:
     """The markup of one pair, from a rendering of every type's sentinel value (and
     one of ``False``)."""
     args = {k: v for k, (_, v) in TYPED.items()}
     text = turn(1, args)
-    lay = fmt.locate(text, a0, SENTINEL, args)
+    lay = fmt.locate(text, start(args), SENTINEL, args)
     falsy = turn(1, {"d_b": False})
-    lay_f = fmt.locate(falsy, a0, SENTINEL, {"d_b": False})
+    lay_f = fmt.locate(falsy, start({"d_b": False}), SENTINEL, {"d_b": False})
     if lay is None or lay_f is None:
         raise ValueError(f"the chat template's arguments do not look like the {fmt.name} format")
     spans = lay.args

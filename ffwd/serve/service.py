@@ -102,6 +102,9 @@ class ModelService:
         self.grammars, self.grammar_unavailable = _request_grammars(
             tokenizer, self.template, self.format, backend.vocab_size, self.eos_ids
         )
+        free = self.grammars.tools_unconstrained if self.grammars is not None else None
+        if free is not None:
+            self.format_note += f"; tool calls go unconstrained: {free}"
         # Earlier requests (prompt and output), per tenant: a model's own, forgotten with it.
         self.recall = RecallIndex(RecallConfig(
             fill.k, fill.max_span, fill.candidates, fill.recall_bytes))

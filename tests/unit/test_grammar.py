@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from ffwd.bench.replay import assistant_ids, in_schema_order
 from ffwd.bench.workloads.bfcl import load_entries
 from ffwd.grammar import GrammarError, RequestGrammars
+from ffwd.grammar.request import UNCHECKED
 from ffwd.templates.formats import get_format
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import default_eos_ids
@@ -43,7 +44,8 @@ TIME = {
 }
 TOOLS = [WEATHER, TIME]
 USER = [{"role": "user", "content": "Weather in Oslo?"}]
-FORMATS = written_formats()
+# Formats whose tool calls the grammar constrains; the others say why they go free.
+FORMATS = [f for f in written_formats() if f not in UNCHECKED]
 
 
 @cache
@@ -291,3 +293,12 @@ def test_a_forced_span_is_always_what_the_grammar_accepts(fmt: str, case: Any,
         sampled = int(constraint.mask(torch.randn(vocab, generator=g), out).argmax())
         out.append(sampled)
         constraint.observe([sampled])
+
+
+@pytest.mark.parametrize("fmt", sorted(UNCHECKED))
+def test_an_unchecked_format_leaves_tool_calls_free_and_says_why(fmt: str) -> None:
+    g = grammars(fmt)
+    assert g.tools_unconstrained is not None and fmt in g.tools_unconstrained
+    assert g.for_request(TOOLS, "required") is None
+    # A JSON response format without tools is still constrained.
+    assert g.for_request([], "none", response_format={"type": "json_object"}) is not None
