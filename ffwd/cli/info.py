@@ -89,7 +89,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "dtype": _dtype_text(backend, engine, costs["dtype"]),
         "threads": _threads(engine.threads),
         "template": "the model's own" if resolved.template == model_template(tokenizer)
-        else "builtin",
+        else args.chat_template or f"builtin {resolved.format_name}",
         "tool_format": resolved.format_name,
         "tool_calls": resolved.note,
         "context_window": window,
