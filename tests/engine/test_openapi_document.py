@@ -161,8 +161,8 @@ def test_the_document_says_what_the_server_takes_of_issue_32(doc: dict[str, Any]
 
 CALL = {"role": "assistant", "content": None, "tool_calls": [
     {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
-ARGS_OBJECT = {**CALL, "tool_calls": [{**CALL["tool_calls"][0],  # type: ignore[index]
-                                       "function": {"name": "f", "arguments": {}}}]}
+ARGS_OBJECT = {**CALL, "tool_calls": [  # the arguments as an object, not a JSON text
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {}}}]}
 ANSWER = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
 TOOL = [{"type": "function", "function": {"name": "f"}}]
 
