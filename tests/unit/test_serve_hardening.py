@@ -290,6 +290,9 @@ def test_a_disconnected_non_streaming_client_cancels_its_generation() -> None:
     assert f'ffwd_cancelled_requests_total{{endpoint="{URL}",stream="false"}} 1.0' in text
     assert f'ffwd_requests_total{{endpoint="{URL}",status="499"}} 1.0' in text
     assert "ffwd_forwards_after_cancel_count 1.0" in text  # observed when the job ended
+    # Its own sequence's forwards after the client left: the step in flight at most.
+    after = float(text.split("ffwd_forwards_after_cancel_sum ")[1].split()[0])
+    assert after <= 1.0
 
 
 def test_openapi_declares_bodies_errors_and_text_metrics(client: TestClient) -> None:
