@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_five_minute_soak_meets_its_targets() -> None:
-    res = soak.run(minutes=5, clients=8, round_s=60, parallel=4)
+    res = soak.run(minutes=5, clients=8, round_s=45, parallel=4)  # 4 servers, mostly
     print(json.dumps(res, indent=2), file=sys.stderr)
     assert (res["5xx"], res["malformed"], res["lost"]) == (0, 0, 0), res["problem_samples"]
     assert res["metrics_mismatches"] == []
