@@ -128,7 +128,7 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: E
           file=sys.stderr, flush=True)
     executor: LocalExecutor = app.state.executor
     run_server(app, host=args.host, port=args.port, keep_alive=keep_alive, grace=grace,
-               drain=executor.drain)
+               executor=executor)
     return 0
 
 

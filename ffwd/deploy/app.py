@@ -110,6 +110,8 @@ def replica_lost(exc: BaseException) -> APIError:
 class RayJob:
     """A request accepted by a replica: `cancel` cancels the handle call, and so the run."""
 
+    forwards_after_cancel = None  # the run's sequence is on the replica: not counted here
+
     def __init__(self, gen: DeploymentResponseGenerator[Any]) -> None:
         self.gen = gen
         self.done = threading.Event()
@@ -143,6 +145,10 @@ class RayExecutor:
 
     def forward_calls(self) -> int | None:
         return None  # the model runs in the replicas' processes
+
+    @property
+    def draining(self) -> bool:
+        return False  # Ray Serve stops the ingress and its replicas itself
 
     def health(self) -> dict[str, Any]:
         return {"queue_depth": self._waiting, "running": self._running > 0,

@@ -49,6 +49,7 @@ from ffwd.serve.openapi import (
     ANTHROPIC_POST_RESPONSES,
     DELETE_RESPONSES,
     GET_RESPONSES,
+    HEALTH_RESPONSES,
     METRICS_RESPONSE,
     POST_RESPONSES,
     install_openapi,
@@ -92,6 +93,7 @@ def create_app(
     app.state.metrics = metrics
     if executor.forward_calls() is not None:
         metrics.watch_forwards(lambda: executor.forward_calls() or 0)
+    metrics.watch_draining(lambda: executor.draining)
     _error_handlers(app)
     _info_routes(app, executor, metrics)
     _openai_routes(app, executor, metrics, max_body_bytes)
@@ -141,9 +143,13 @@ def _error_handlers(app: FastAPI) -> None:
 
 
 def _info_routes(app: FastAPI, executor: Executor, metrics: Metrics) -> None:
-    @app.get("/health", responses=GET_RESPONSES)
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "model": executor.model_id, **executor.health()}
+    @app.get("/health", responses=HEALTH_RESPONSES)
+    async def health() -> Response:
+        # 503 from the first shutdown signal on: probes and load balancers read the status.
+        draining = executor.draining
+        body = {"status": "draining" if draining else "ok", "model": executor.model_id,
+                **executor.health()}
+        return JSONResponse(body, status_code=503 if draining else 200)
 
     @app.get("/v1/models", responses=GET_RESPONSES)
     async def models() -> dict[str, Any]:

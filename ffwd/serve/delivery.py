@@ -61,30 +61,31 @@ class Writer(Protocol):
 class ClientWatch:
     """A request's job and what happens when its client goes away.
 
-    Calling it cancels the job and notes the model's forward count; `settle`
-    (when the run ends) observes how many forwards ran after that: 0 or 1 for
-    a plain decode step. Where the model runs in another process (a Ray
-    replica), there is no live count here, and nothing is observed.
+    Calling it cancels the job; `settle` (when the run ends) observes how many
+    forwards the run's own sequence began after that (`Job.forwards_after_cancel`):
+    0 or 1 for a plain decode step, 0 for a run still waiting (it never ran).
+    Where the model runs in another process (a Ray replica), there is no count
+    here, and nothing is observed.
     """
 
-    def __init__(self, executor: Executor, metrics: Metrics, endpoint: str, stream: bool) -> None:
-        self.executor, self.metrics = executor, metrics
+    def __init__(self, metrics: Metrics, endpoint: str, stream: bool) -> None:
+        self.metrics = metrics
         self.endpoint, self.stream = endpoint, "true" if stream else "false"
         self.job: Job | None = None
-        self.at: int | None = None
+        self.left = False  # the client went away before the run ended
 
     def __call__(self) -> None:
         job = self.job
         if job is None or job.done.is_set() or job.cancelled:
             return
-        self.at = self.executor.forward_calls()
+        self.left = True
         job.cancel()
         self.metrics.cancelled.labels(endpoint=self.endpoint, stream=self.stream).inc()
 
     def settle(self) -> None:
-        now = self.executor.forward_calls()
-        if self.at is not None and now is not None:
-            self.metrics.forwards_after_cancel.observe(now - self.at)
+        after = self.job.forwards_after_cancel if self.left and self.job is not None else None
+        if after is not None:
+            self.metrics.forwards_after_cancel.observe(after)
 
     def done(self) -> None:
         """The response is complete (or failed): the job has nothing left to do."""
@@ -96,7 +97,7 @@ async def respond(request: Request, executor: Executor, metrics: Metrics,
                   req: GenerationRequest, writer: Writer) -> Response:
     """Run `req` and answer with `writer`'s body or stream (see the module docstring)."""
     items: Items = asyncio.Queue()
-    watch = ClientWatch(executor, metrics, request.url.path, req.stream)
+    watch = ClientWatch(metrics, request.url.path, req.stream)
     access = request.state.access
 
     def deliver(batch: list[Item]) -> None:  # on this event loop's thread

@@ -86,6 +86,11 @@ class Job(Protocol):
     @property
     def cancelled(self) -> bool: ...
 
+    @property
+    def forwards_after_cancel(self) -> int | None:
+        """Forwards its own sequence began after `cancel` (None: not counted here)."""
+        ...
+
     def cancel(self) -> None: ...
 
 
@@ -104,6 +109,11 @@ class Executor(Protocol):
 
     def health(self) -> dict[str, Any]:
         """What /health reports besides the model: waiting and running requests."""
+        ...
+
+    @property
+    def draining(self) -> bool:
+        """Whether the server is going away (a shutdown signal came): /health says 503."""
         ...
 
     async def start(self, req: GenerationRequest, deliver: Deliver) -> Started: ...
@@ -169,6 +179,14 @@ class LocalExecutor:
     def health(self) -> dict[str, Any]:
         return {"queue_depth": self.depth, "running": self.active > 0, "active": self.active,
                 "parallel": self.parallel}
+
+    @property
+    def draining(self) -> bool:
+        return self.engine.draining
+
+    def stop_taking(self) -> None:
+        """Refuse new requests from now on (the first shutdown signal; `drain` follows)."""
+        self.engine.stop_taking()
 
     def model_info(self) -> dict[str, Any]:
         return self.service.model_info()

@@ -12,6 +12,7 @@ the forward count) how many sequences each model forward carried.
 
 `ffwd_max_tokens_capped_total` counts the generations whose ``max_tokens`` the
 server lowered, by what lowered it (``max_tokens_limit`` or ``context_window``).
+`ffwd_draining` is 1 from the first shutdown signal on (as /health's 503), else 0.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ class Metrics:
         )
         self.forwards_after_cancel = Histogram(
             "ffwd_forwards_after_cancel",
-            "Model forwards a generation ran after its client went away (a step: 0-1 plain)",
+            "Model forwards a cancelled generation's own sequence began after its client "
+            "went away (a step: 0-1 plain; 0 for one still waiting)",
             registry=r, buckets=(0, 1, 2, 4, 8, 16, 64),
         )
         self.stream_errors = Counter(
@@ -128,6 +130,8 @@ class Metrics:
             "ffwd_max_tokens_capped", "Generations that asked for more output ids than the "
             "server gives one request, capped, by what capped them", ["by"], registry=r,
         )
+        self.draining = Gauge("ffwd_draining", "1 from the first shutdown signal on (new "
+                              "requests and /health get 503), else 0", registry=r)
         self.generation_errors = Counter(
             "ffwd_generation_errors", "Generations that failed with a server error (a 5xx, or "
             "an SSE error event; the traceback is in the server log)", ["endpoint"], registry=r,
@@ -136,6 +140,10 @@ class Metrics:
     def watch_forwards(self, read: Callable[[], int]) -> None:
         """Report `read()` (the model's forward passes so far) as ffwd_forward_calls_total."""
         self.registry.register(_LiveCounter("ffwd_forward_calls", "Model forward calls", read))
+
+    def watch_draining(self, read: Callable[[], bool]) -> None:
+        """Report `read()` (whether the server is going away) as ffwd_draining."""
+        self.draining.set_function(lambda: float(read()))
 
     def watch_batches(self, read: Callable[[], BatchStats]) -> None:
         """Report `read()` (the model's forwards by sequences carried) as

@@ -60,6 +60,9 @@ POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     **_COMMON,
 }
 GET_RESPONSES: dict[int | str, dict[str, Any]] = dict(_COMMON)
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {"description": "Draining: a shutdown signal came, the server takes no new requests "
+                         "(the body says \"status\": \"draining\")"}, **GET_RESPONSES}
 DELETE_RESPONSES = GET_RESPONSES
 ANTHROPIC_POST_RESPONSES = POST_RESPONSES  # the error shape is chosen by path
 METRICS_RESPONSE: dict[int | str, dict[str, Any]] = {
@@ -128,6 +131,9 @@ def install_openapi(app: FastAPI, bodies: dict[str, type[BaseModel]], models: li
             for path, ops in doc["paths"].items():
                 for op in ops.values():
                     _errors_and_headers(path, op, refs)
+            if (health := doc["paths"].get("/health", {}).get("get")) is not None:
+                health["responses"]["503"]["content"] = {  # the health body, not an error
+                    "application/json": {"schema": refs[Health]}}
             app.openapi_schema = doc
         return app.openapi_schema
 

@@ -270,7 +270,7 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "draining"]  # draining: a 503, the server is going away
     model: str
     queue_depth: Count
     running: bool

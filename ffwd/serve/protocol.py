@@ -47,17 +47,26 @@ AtLeastOne = Annotated[int, Field(ge=1), BeforeValidator(json_integer)]
 TopCount = Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS), BeforeValidator(json_integer)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**64), BeforeValidator(json_integer)]
 StopText = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+MAX_METADATA = 16  # key-value pairs, as OpenAI
+# OpenAI's `metadata`: at most 16 pairs, keys of up to 64 characters, values of up to 512.
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)],
+                          Annotated[str, Field(max_length=512)]], Field(max_length=MAX_METADATA)]
 # What the served document says of the fields whose rules JSON Schema can state.
 ONE: JsonDict = {"minimum": 1, "maximum": 1}  # n and best_of: one completion per request
 TOKEN_ID_KEYS: JsonDict = {"propertyNames": {"pattern": "^[0-9]{1,10}$"},
                            "additionalProperties": {"minimum": -100, "maximum": 100}}
 REFUSED: JsonDict = {"maxLength": 0, "description": "not supported: omit, null or empty"}
-NON_ASSISTANT_RULES: JsonDict = {  # content required, no tool_calls
-    "if": {"properties": {"role": {"not": {"const": "assistant"}}}, "required": ["role"]},
-    "then": {"required": ["content"], "properties": {
-        "content": {"not": {"type": "null"}},
-        "tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}},
-}
+MESSAGE_RULES: JsonDict = {"allOf": [
+    {  # content required, no tool_calls
+        "if": {"properties": {"role": {"not": {"const": "assistant"}}}, "required": ["role"]},
+        "then": {"required": ["content"], "properties": {
+            "content": {"not": {"type": "null"}},
+            "tool_calls": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}}},
+    {  # a tool message answers a call: its id is required, as OpenAI's document says
+        "if": {"properties": {"role": {"const": "tool"}}, "required": ["role"]},
+        "then": {"required": ["tool_call_id"],
+                 "properties": {"tool_call_id": {"type": "string"}}}},
+]}
 TOOL_SCHEMA: JsonDict = {"items": {
     "type": "object", "required": ["type", "function"], "properties": {
         "type": {"const": "function"},
@@ -80,16 +89,15 @@ class TextPart(_Model):
 
 class FunctionCall(_Model):
     name: str
-    arguments: str | dict[str, Any] = "{}"
+    arguments: str = "{}"  # a JSON text, as the model wrote it (an object is a type error)
 
     @field_validator("arguments")
     @classmethod
-    def _arguments_json(cls, v: str | dict[str, Any]) -> str | dict[str, Any]:
-        if isinstance(v, str):
-            try:
-                json.loads(v or "{}")
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"function.arguments is not valid JSON: {exc.msg}") from None
+    def _arguments_json(cls, v: str) -> str:
+        try:
+            json.loads(v or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"function.arguments is not valid JSON: {exc.msg}") from None
         return v
 
 
@@ -100,7 +108,7 @@ class ToolCall(_Model):
 
 
 class Message(_Model):
-    model_config = ConfigDict(json_schema_extra=NON_ASSISTANT_RULES)
+    model_config = ConfigDict(json_schema_extra=MESSAGE_RULES)
 
     role: Role
     content: str | list[TextPart] | None = None
@@ -306,6 +314,7 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: AtLeastOne | None = None
     logprobs: bool = False
     top_logprobs: TopCount | None = None
+    metadata: Metadata | None = None  # accepted, kept nowhere (the server stores no completion)
 
     @field_validator("tool_choice", mode="before")
     @classmethod
@@ -338,6 +347,12 @@ class ChatCompletionRequest(SamplingFields):
         """Cross-field rules, as 400s that name the parameter."""
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs requires logprobs: true", param="top_logprobs")
+        for i, m in enumerate(self.messages):
+            if m.role == "tool" and m.tool_call_id is None:
+                raise bad_request(f"'messages[{i}].tool_call_id': is required: a tool message "
+                                  "answers the call with that id",
+                                  param=f"messages[{i}].tool_call_id",
+                                  code="missing_required_parameter")
         tc = self.tool_choice
         if tc not in (None, "none", "auto") and not self.tools:
             raise bad_request(

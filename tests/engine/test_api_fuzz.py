@@ -4,7 +4,8 @@ valid and invalid requests alike get no 5xx; every response matches the document
 (status, media type, headers, and its body: the JSON, or each server-sent event's
 data); every 4xx carries the error shape with a non-null code. Every generation route
 answers a plain valid body 200 both as JSON and as an event stream, each checked
-against the document too.
+against the document too, and each body of issue 52 that the real APIs refuse is a
+documented 400 naming its field.
 
 The suite's run is derandomized (the same cases each time); `FUZZ_SEED=N` draws
 another set, for runs that look further (`for n in $(seq 20); do FUZZ_SEED=$n ...`)."""
@@ -91,3 +92,45 @@ def test_every_generation_route_answers_whole_and_streamed(path: str, stream: bo
     media = response.headers.get("content-type", [""])[0].split(";")[0]
     assert media == ("text/event-stream" if stream else "application/json")
     case.validate_response(response, checks=CHECKS)
+
+
+USER = {"role": "user", "content": "hi"}
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}]}
+# Issue 52's bodies, each a 200 once, that the real APIs refuse: (path, body, the param).
+REFUSED = [
+    ("/v1/chat/completions", {"messages": [USER], "metadata": "x"}, "metadata"),
+    ("/v1/chat/completions", {"messages": [USER, {"role": "tool", "content": "42"}]},
+     "messages[1].tool_call_id"),
+    ("/v1/chat/completions", {"messages": [USER, CALL]},
+     "messages[1].tool_calls[0].function.arguments"),
+    ("/v1/responses", {"input": [], "max_output_tokens": 4}, "input"),
+    ("/v1/responses", {"input": [{"type": "hologram", "x": 1}]}, "input[0].type"),
+    ("/v1/responses", {"input": "hi", "include": ["everything"]}, "include[0]"),
+    ("/v1/responses", {"input": "hi", "n": 2}, "n"),
+    ("/v1/messages", {"max_tokens": 4, "messages": [USER], "n": 2}, "n"),
+    ("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": "toolu_9", "content": "x"}]}]},
+     "messages[0].content[0].tool_use_id"),
+    ("/v1/messages/count_tokens", {"messages": [USER], "temperature": "hot"}, "temperature"),
+    ("/v1/messages/count_tokens", {"messages": [USER], "temperature": 5}, "temperature"),
+    ("/v1/messages/count_tokens", {"messages": [USER], "top_k": -1}, "top_k"),
+    ("/v1/completions", {"prompt": "hi", "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": 7}}]}, "tools"),
+    ("/v1/completions", {"prompt": "hi", "tool_choice": "auto"}, "tool_choice"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "param"), REFUSED)
+def test_what_the_real_apis_refuse_is_a_documented_400(path: str, body: dict[str, Any],
+                                                      param: str) -> None:
+    """Issue 52: each is a 400 in its API's error shape naming the field, as documented."""
+    case = schema[path]["POST"].Case(body={"model": "default", **body},
+                                     media_type="application/json")
+    response = case.call()
+    assert response.status_code == 400, response.text
+    case.validate_response(response, checks=CHECKS)
+    err = response.json()["error"]
+    assert err["param"] == param and err["message"] and err["code"], err
+    if path.startswith("/v1/messages"):
+        assert response.json()["type"] == "error" and err["type"] == "invalid_request_error"

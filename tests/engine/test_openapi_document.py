@@ -157,3 +157,48 @@ def test_the_document_says_what_the_server_takes_of_issue_32(doc: dict[str, Any]
     r = client.post("/v1/chat/completions", json={"model": "default", "messages": HI},
                     headers={"Origin": "https://elsewhere.example"})
     assert r.status_code == 403 and valid(doc, "ErrorResponse", r.json())
+
+
+CALL = {"role": "assistant", "content": None, "tool_calls": [
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+ARGS_OBJECT = {**CALL, "tool_calls": [  # the arguments as an object, not a JSON text
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": {}}}]}
+ANSWER = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+TOOL = [{"type": "function", "function": {"name": "f"}}]
+
+
+@pytest.mark.parametrize(("component", "path", "body", "ok"), [
+    ("ChatCompletionRequest", "/v1/chat/completions", {"messages": HI, "metadata": "x"}, False),
+    ("ChatCompletionRequest", "/v1/chat/completions",
+     {"messages": HI, "metadata": {"k": "v"}}, True),
+    ("ChatCompletionRequest", "/v1/chat/completions",
+     {"messages": [*HI, CALL, {"role": "tool", "content": "42"}]}, False),
+    ("ChatCompletionRequest", "/v1/chat/completions", {"messages": [*HI, CALL, ANSWER]}, True),
+    ("ChatCompletionRequest", "/v1/chat/completions",
+     {"messages": [*HI, ARGS_OBJECT, ANSWER]}, False),
+    ("ResponsesRequest", "/v1/responses", {"input": []}, False),
+    ("ResponsesRequest", "/v1/responses", {"input": [{"type": "hologram", "x": 1}]}, False),
+    ("ResponsesRequest", "/v1/responses", {"input": "hi", "include": ["everything"]}, False),
+    ("ResponsesRequest", "/v1/responses",
+     {"input": "hi", "include": ["message.output_text.logprobs"]}, True),
+    ("ResponsesRequest", "/v1/responses", {"input": "hi", "n": 2}, False),
+    ("MessagesRequest", "/v1/messages", {"messages": HI, "n": 2}, False),
+    ("CountTokensRequest", "/v1/messages/count_tokens",
+     {"messages": HI, "temperature": "hot"}, False),
+    ("CountTokensRequest", "/v1/messages/count_tokens", {"messages": HI, "top_k": -1}, False),
+    ("CountTokensRequest", "/v1/messages/count_tokens", {"messages": HI}, True),
+    ("CompletionRequest", "/v1/completions", {"prompt": "hi", "tools": TOOL}, False),
+    ("CompletionRequest", "/v1/completions", {"prompt": "hi", "tool_choice": "auto"}, False),
+])
+def test_the_document_refuses_what_the_server_refuses_of_issue_52(
+        component: str, path: str, body: dict[str, Any], ok: bool, doc: dict[str, Any],
+        client: TestClient) -> None:
+    """Each body the real API refuses is invalid in the document and a 400 naming its
+    field; its well-formed twin is valid and answered."""
+    limit = {"/v1/responses": "max_output_tokens"}.get(path, "max_tokens")
+    sent = {"model": "default", limit: 2, **body}
+    assert valid(doc, component, sent) == ok, (component, sent)
+    reply = client.post(path, json=sent)
+    assert (reply.status_code == 200) == ok, (path, sent, reply.text)
+    if not ok:
+        assert reply.status_code == 400 and reply.json()["error"]["param"], reply.text

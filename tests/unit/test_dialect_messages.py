@@ -8,8 +8,12 @@ from typing import Any
 import anthropic
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ffwd.serve.app import create_app
+from ffwd.serve.dialects.messages_models import MessagesRequest
+from ffwd.serve.request import GenerationRequest
 from tests.unit.agent_service import (  # noqa: F401 (fixtures)
     AgentService,
     client_fixture,
@@ -189,28 +193,109 @@ def test_a_failed_stream_ends_with_an_error_event() -> None:
     assert data["error"]["type"] == "api_error"
 
 
-@pytest.mark.parametrize(("body", "status", "kind", "param", "needle"), [
-    ({"max_tokens": None}, 400, "invalid_request_error", "max_tokens", "required"),
-    ({"max_tokens": 5000}, 400, "invalid_request_error", "max_tokens", "too many"),
+USE = {"role": "assistant", "content": [
+    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]}
+
+
+def answer(tool_use_id: str) -> dict[str, Any]:
+    return {"role": "user", "content": [
+        {"type": "tool_result", "tool_use_id": tool_use_id, "content": "18C"}]}
+
+
+# Bodies both /v1/messages and /v1/messages/count_tokens refuse: (body, status, error type,
+# param, a piece of the message).
+REFUSED = [
     ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]},
      400, "invalid_request_error", "messages[0].content[0].type", "text only"),
     ({"messages": [{"role": "assistant", "content": [
         {"type": "tool_result", "tool_use_id": "t", "content": "x"}]}]},
      400, "invalid_request_error", "messages[0]", "user messages"),
     ({"temperature": 1.5}, 400, "invalid_request_error", "temperature", "less than or equal"),
+    ({"temperature": "hot"}, 400, "invalid_request_error", "temperature", "expected a number"),
+    ({"top_k": -1}, 400, "invalid_request_error", "top_k", "greater than or equal to 0"),
+    ({"stop_sequences": "x"}, 400, "invalid_request_error", "stop_sequences",
+     "an array of strings"),
     ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, 400,
      "invalid_request_error", "tool_choice", "'nope', which is not in tools"),
     ({"tool_choice": {"type": "any"}}, 400, "invalid_request_error", "tool_choice",
      "requires tools"),
     ({"model": "claude-opus-4"}, 404, "not_found_error", "model", "does not exist"),
-])
-def test_errors_have_anthropic_s_shape(client: TestClient, body: dict[str, Any], status: int,
-                                       kind: str, param: str, needle: str) -> None:
-    r = client.post(URL, json={k: v for k, v in {**ASK, **body}.items() if v is not None})
+    # What Anthropic's API refuses (issue 52): Chat Completions' n; a tool_result that
+    # answers no tool_use of the assistant message before it.
+    ({"n": 2}, 400, "invalid_request_error", "n", "not a known parameter"),
+    ({"messages": [{"role": "user", "content": "hi"}, answer("toolu_9")]}, 400,
+     "invalid_request_error", "messages[1].content[0].tool_use_id", "'toolu_9'"),
+    ({"messages": [{"role": "user", "content": "hi"}, USE, answer("toolu_1"),
+                   {"role": "assistant", "content": "ok"}, answer("toolu_1")]}, 400,
+     "invalid_request_error", "messages[4].content[0].tool_use_id", "unexpected tool_use_id"),
+]
+
+
+# Only a generation needs (and may exceed) max_tokens: count_tokens takes it optional.
+GENERATION_ONLY = [
+    ({"max_tokens": None}, 400, "invalid_request_error", "max_tokens", "required"),
+    ({"max_tokens": 5000}, 400, "invalid_request_error", "max_tokens", "too many"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "kind", "param", "needle"), [
+    *[(path, *case) for path in (URL, URL + "/count_tokens") for case in REFUSED],
+    *[(URL, *case) for case in GENERATION_ONLY]])
+def test_errors_have_anthropic_s_shape(client: TestClient, path: str, body: dict[str, Any],
+                                       status: int, kind: str, param: str, needle: str) -> None:
+    r = client.post(path, json={k: v for k, v in {**ASK, **body}.items() if v is not None})
     assert r.status_code == status, r.text
     out = r.json()
     assert out["type"] == "error" and out["error"]["type"] == kind
     assert out["error"]["param"] == param and needle in out["error"]["message"], out
+
+
+class Uncapped(AgentService):
+    """Refuses nothing itself: what differs between the endpoints is their validation."""
+
+    def prepare(self, req: GenerationRequest) -> GenerationRequest:
+        return req
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70_000) | st.floats(-3, 3) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "text", "id", "name", "input", "tool_use_id", "content",
+                         "role", "schema", "x"]), inner, max_size=3), max_leaves=8)
+BLOCKS = st.fixed_dictionaries({"type": st.sampled_from(["text", "tool_use", "tool_result"]),
+                                "text": st.just("a"), "id": st.sampled_from(["t1", "t2"]),
+                                "name": st.just("f"), "input": st.just({}),
+                                "tool_use_id": st.sampled_from(["t1", "t2"])})
+TURNS = st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
+                                        "content": st.lists(BLOCKS, min_size=1, max_size=2)}),
+                 min_size=1, max_size=4)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from([*sorted(MessagesRequest.model_fields), "x"]), value=JSON,
+       turns=TURNS | st.none())
+def test_count_tokens_refuses_exactly_what_messages_refuses(field: str, value: Any,
+                                                            turns: Any) -> None:
+    """The same body, one field anything (and the turns, tool blocks in any order): both
+    endpoints answer alike, a refusal naming the same field."""
+    body = {**ASK, **({"messages": turns} if turns else {}), field: value}
+    body["max_tokens"] = body["max_tokens"] if field == "max_tokens" else 8
+    with TestClient(create_app(Uncapped())) as c:
+        generated = c.post(URL, json=body)
+        counted = c.post(URL + "/count_tokens", json=body)
+    if field == "max_tokens" and value is None:  # required for a generation only
+        assert generated.status_code == 400 and counted.status_code == 200
+        return
+    assert generated.status_code == counted.status_code, (body, generated.text, counted.text)
+    if counted.status_code != 200:
+        assert generated.json()["error"] == counted.json()["error"]
+
+
+def test_a_tool_result_answers_the_tool_use_before_it(client: TestClient) -> None:
+    turns = [{"role": "user", "content": "hi"}, USE,
+             {"role": "system", "content": "Be brief."}, answer("toolu_1")]
+    for path in (URL, URL + "/count_tokens"):
+        assert client.post(path, json={**ASK, "messages": turns}).status_code == 200, path
 
 
 def test_unknown_paths_below_messages_have_anthropic_s_shape(client: TestClient) -> None:

@@ -3,13 +3,16 @@ options, the response object, the event stream, the response store, errors."""
 
 from __future__ import annotations
 
+import typing
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from openai import OpenAI
+from openai.types.responses import ResponseIncludable, ResponseInputItemParam
 
 from ffwd.serve.app import create_app
+from ffwd.serve.dialects.responses_models import Includable, InputItem
 from ffwd.serve.dialects.store import ResponseStore
 from ffwd.templates.formats.base import ToolCall
 from tests.unit.agent_service import (  # noqa: F401 (fixtures)
@@ -233,6 +236,32 @@ def test_previous_response_id_continues_the_conversation(client: TestClient,
     assert client.get(f"{URL}/{third['id']}").status_code == 404
 
 
+def test_an_empty_input_continues_a_stored_conversation(client: TestClient,
+                                                      svc: AgentService) -> None:
+    first = post(client, input="hi")
+    post(client, input=[], previous_response_id=first["id"])
+    assert svc.last.messages == [{"role": "user", "content": "hi"},
+                                 {"role": "assistant", "content": "Hello world"}]
+
+
+def literals(tp: Any) -> set[str]:
+    """The strings of the Literals in a type (through unions, Optional, Required)."""
+    args = typing.get_args(tp)
+    return {a for a in args if isinstance(a, str)} | {
+        v for a in args if not isinstance(a, str) for v in literals(a)}
+
+
+def test_the_item_types_and_include_values_are_the_sdk_s() -> None:
+    """What the API takes, as its SDK types it: an item of any of these types is read or
+    skipped, never refused; anything else is a 400 (above)."""
+    models = [typing.get_args(m)[0] for m in typing.get_args(typing.get_args(InputItem)[0])]
+    ours = {v for m in models for v in literals(m.model_fields["type"].annotation)}
+    sdk = {v for t in typing.get_args(ResponseInputItemParam)
+           for v in literals(typing.get_type_hints(t)["type"])}
+    assert ours == sdk
+    assert literals(Includable) == literals(ResponseIncludable)
+
+
 def test_unknown_or_unstored_previous_response_is_404(client: TestClient) -> None:
     kept = post(client, input="hi", store=False)
     for rid in ("resp_nope", kept["id"]):
@@ -278,6 +307,17 @@ def test_the_store_is_bounded_by_count_bytes_and_age() -> None:
      400, "tool_choice", "not supported"),
     ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": "x"}}}, 400,
      "text.format.schema", "expected an object"),
+    # What the API refuses (issue 52): nothing to answer, an item type or an include value
+    # it does not have, Chat Completions' n.
+    ({"input": [], "max_output_tokens": 4}, 400, "input", "no message for the model"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, 400, "input",
+     "no message for the model"),
+    ({"input": [{"type": "hologram", "x": 1}]}, 400, "input[0].type",
+     "'hologram' is not an input item type"),
+    ({"input": "hi", "include": ["everything"]}, 400, "include[0]",
+     "'message.output_text.logprobs'"),
+    ({"input": "hi", "n": 2}, 400, "n", "not a known parameter"),
+    ({"input": "hi", "metadata": {"k": 7}}, 400, "metadata.k", "expected a string"),
 ])
 def test_client_errors_name_the_field(client: TestClient, body: dict[str, Any], status: int,
                                       param: str, needle: str) -> None:

@@ -293,3 +293,54 @@ def test_a_drain_refuses_new_runs_ends_waiting_ones_and_cuts_what_outlives_the_g
     for got in waiting:  # told they did not start, nothing ran
         assert isinstance(got[0], ShuttingDown) and got[1:] == [None]
     engine.close()
+
+
+def test_a_cancelled_run_counts_the_forwards_its_own_sequence_began_after() -> None:
+    """Its client leaves mid-run and its steps take three more forwards (as a span and
+    a step could): exactly those three are counted, not its siblings' forwards."""
+    cache = Cache(4)
+    engine = Engine(cache, PromptCache(0), max_queue=4)  # type: ignore[arg-type]
+    release = threading.Event()
+    siblings = [submit(engine, gate(release)) for _ in range(3)]
+    holder: list[Run] = []
+
+    def steps(seq: Any, cancelled: Callable[[], bool]) -> Iterator[Any]:
+        for _ in range(5):
+            yield Forward([1])
+        holder[0].cancel()  # its client goes between two steps
+        for _ in range(3):
+            yield Forward([2])
+        yield result(completion=8)
+
+    run, got = submit(engine, steps)
+    holder.append(run)
+    assert got.ended.wait(30)
+    release.set()
+    for _, ended in siblings:
+        assert ended.ended.wait(30)
+    assert run.cancelled and run.forwards_after_cancel == 3
+    assert len(cache.steps) > 8  # the siblings' forwards went on around it
+    assert [r.forwards_after_cancel for r, _ in siblings] == [0, 0, 0]  # never cancelled
+    engine.close()
+
+
+def test_a_run_cancelled_while_waiting_counts_no_forward() -> None:
+    """Queued behind runs that hold every sequence, its client leaves: it never ran, so
+    it counts nothing, however many forwards the others take meanwhile (issue 52)."""
+    cache = Cache(4)
+    engine = Engine(cache, PromptCache(0), max_queue=4)  # type: ignore[arg-type]
+    release = threading.Event()
+    long = [submit(engine, gate(release)) for _ in range(4)]
+    while engine.active < 4:
+        threading.Event().wait(0.001)
+    run, got = submit(engine, gate(release))
+    before = len(cache.steps)
+    run.cancel()
+    assert got.ended.wait(30) and got == [None]
+    while len(cache.steps) < before + 5:  # the others go on stepping
+        threading.Event().wait(0.001)
+    release.set()
+    for _, ended in long:
+        assert ended.ended.wait(30)
+    assert run.forwards_after_cancel == 0
+    engine.close()

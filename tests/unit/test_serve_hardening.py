@@ -20,6 +20,9 @@ from tests.unit.scripted import STEP, held, result, text
 from tests.unit.test_serve_app import CHAT, Scripted, sse
 
 URL = "/v1/chat/completions"
+USER = {"role": "user", "content": "hi"}
+CALLED = {"role": "assistant", "tool_calls": [  # a call, as the assistant made it
+    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]}
 
 
 @pytest.fixture
@@ -106,6 +109,18 @@ def test_body_size_limit_is_413(client: TestClient) -> None:
          "tools", "at most 128 items", "invalid_value"),
         ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal to 20",
          "invalid_value"),
+        # What OpenAI's document types strictly (issue 52): metadata is a map of strings,
+        # a tool message names its call, a call's arguments are a JSON text.
+        ({"metadata": "x"}, "metadata", "expected an object, got string", "invalid_type"),
+        ({"metadata": {"k": 1}}, "metadata.k", "expected a string, got number", "invalid_type"),
+        ({"metadata": {f"k{i}": "v" for i in range(17)}}, "metadata", "at most 16 items",
+         "invalid_value"),
+        ({"messages": [USER, CALLED, {"role": "tool", "content": "42"}]},
+         "messages[2].tool_call_id", "is required", "missing_required_parameter"),
+        ({"messages": [USER, {**CALLED, "tool_calls": [{**CALLED["tool_calls"][0], "function": {
+            "name": "f", "arguments": {"a": 1}}}]}]},
+         "messages[1].tool_calls[0].function.arguments", "expected a string, got object",
+         "invalid_type"),
     ],
 )
 def test_bad_fields_are_400_with_the_api_name(
@@ -113,6 +128,13 @@ def test_bad_fields_are_400_with_the_api_name(
 ) -> None:
     err = error_of(client.post(URL, json={**CHAT, **extra}))
     assert (err["param"], err["code"]) == (param, code) and needle in err["message"], err
+
+
+def test_what_the_strict_fields_take_is_answered(client: TestClient) -> None:
+    answer = {"role": "tool", "tool_call_id": "call_1", "content": "42"}
+    body = {**CHAT, "messages": [USER, CALLED, answer], "metadata": {"user": "u1"}}
+    assert client.post(URL, json=body).status_code == 200
+    assert client.post("/v1/completions", json={"prompt": "Say", "tools": None}).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -131,6 +153,12 @@ def test_bad_fields_are_400_with_the_api_name(
         ({"prompt": []}, "prompt", "the prompt is empty"),
         ({"prompt": [1, "a"]}, "prompt", "an array of token ids"),
         ({"prompt": [1, 2], "echo": True}, "echo", "echo with a token-id prompt"),
+        # Tool calls are Chat Completions': refused, broken schemas or not (issue 52).
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools",
+         "send tools to /v1/chat/completions"),
+        ({"tools": [{"type": "function", "function": {"parameters": 7}}]}, "tools",
+         "send tools to /v1/chat/completions"),
+        ({"tool_choice": "auto"}, "tool_choice", "send tools to /v1/chat/completions"),
     ],
 )
 def test_completions_refuses_what_it_does_not_do(
@@ -262,6 +290,9 @@ def test_a_disconnected_non_streaming_client_cancels_its_generation() -> None:
     assert f'ffwd_cancelled_requests_total{{endpoint="{URL}",stream="false"}} 1.0' in text
     assert f'ffwd_requests_total{{endpoint="{URL}",status="499"}} 1.0' in text
     assert "ffwd_forwards_after_cancel_count 1.0" in text  # observed when the job ended
+    # Its own sequence's forwards after the client left: the step in flight at most.
+    after = float(text.split("ffwd_forwards_after_cancel_sum ")[1].split()[0])
+    assert after <= 1.0
 
 
 def test_openapi_declares_bodies_errors_and_text_metrics(client: TestClient) -> None:

@@ -25,8 +25,9 @@ A client that leaves sets `Run.cancelled`: its generation stops after the next
 id (a prompt still going in is dropped at once), and a run still waiting
 leaves the line at once. A run that fails (our bug) ends with its exception
 and an emptied sequence; a failed forward fails every run in it. `drain`
-stops the engine taking runs and cuts, after a grace period, those still going
-(the server's shutdown).
+(after `stop_taking`, which a signal handler may call) stops the engine taking
+runs for good and cuts, after a grace period, those still going (the server's
+shutdown). Each run counts the forwards its sequence ran after it was cancelled.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
@@ -46,6 +47,7 @@ from ffwd.engine.core.batch import BatchStats, Forward, Part, Want, plan_step
 from ffwd.engine.core.decode import Steps
 from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.engine.core.slots import Slots
+from ffwd.engine.core.turns import next_run
 from ffwd.engine.events import TokenEvent
 
 log = logging.getLogger("ffwd.engine")
@@ -103,6 +105,7 @@ class Run:
     request_id: str = ""
     queued: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
+    forwards_after_cancel: int = 0  # forwards of its sequence begun after `cancel`
     _cancelled: bool = False
     _wake: Callable[[Run], None] = lambda run: None
 
@@ -130,25 +133,6 @@ class _Going:
     items: list[Item] = field(default_factory=list)  # not delivered yet
 
 
-def next_run(waiting: Sequence[str], running: Mapping[str, int],
-             last: Mapping[str, int]) -> int:
-    """Which waiting run starts next, given the tenants of the waiting line (oldest first),
-    the runs each tenant has going, and when each was last let in (a count; none: -1):
-    the tenant with the fewest runs going, then the one let in least recently, then the
-    oldest run. Within a tenant arrival order holds, and a tenant that sends many
-    requests at once cannot hold the others back: they take turns.
-
-    >>> next_run(["a", "a", "b"], {"a": 1}, {"a": 5})
-    2
-    >>> next_run(["a", "b", "a"], {}, {"a": 3, "b": 4})
-    0
-    >>> next_run(["a", "a", "b"], {}, {"a": 3})
-    2
-    """
-    return min(range(len(waiting)),
-               key=lambda i: (running.get(waiting[i], 0), last.get(waiting[i], -1), i))
-
-
 class Engine:
     """The loop over the sequences of `context` (module docstring)."""
 
@@ -166,7 +150,7 @@ class Engine:
         self._closed = False
         self._draining = False  # no more runs (`drain`)
         self._cut = False  # the grace period is over: end the runs still going
-        self._refused = 0  # runs refused since the drain began
+        self._refused = 0  # runs refused since it stopped taking them
         self._going: dict[int, _Going] = {}  # by sequence index
         self._tenants: dict[str, int] = {}  # runs going per tenant
         self._let_in: dict[str, int] = {}  # when each tenant was last let in (a count)
@@ -190,6 +174,16 @@ class Engine:
         """Runs going now."""
         return len(self._going)
 
+    @property
+    def draining(self) -> bool:
+        """Whether it has stopped taking runs (`stop_taking`, `drain`): for good."""
+        return self._draining
+
+    def stop_taking(self) -> None:
+        """Refuse every run submitted from now on (`ShuttingDown`); `drain` does the rest.
+        One plain write, no lock: a signal handler may call it."""
+        self._draining = True
+
     def batch_stats(self) -> BatchStats:
         """The context's forwards so far, by how many sequences each carried."""
         return self.context.batch_stats()
@@ -199,7 +193,7 @@ class Engine:
         `max_queue` runs already."""
         with self._cond:
             if self._thread is None:  # the first run, or the first since close
-                self._closed = self._draining = self._cut = False
+                self._closed = self._cut = False
                 self._thread = threading.Thread(target=self._loop, name="ffwd-engine",
                                                 daemon=True)
                 self._thread.start()
@@ -230,7 +224,7 @@ class Engine:
         with self._cond:
             self._draining = True
             refused, self._waiting = self._waiting, []
-            self._refused = len(refused)
+            self._refused += len(refused)  # and those refused since `stop_taking`
             self._dropped += [(r, [ShuttingDown(
                 "the server is shutting down: this request did not start; retry it"), None])
                 for r in refused]
@@ -317,6 +311,9 @@ class Engine:
                         key=lambda gn: gn[0].seq.seq)
         parts = [Part(g.seq.seq, g.want.ids[g.sent : g.sent + n], g.want.rows)
                  for g, n in chosen if g.want is not None]
+        for g, _ in chosen:
+            if g.run.cancelled:  # its client has gone: this forward runs for nobody
+                g.run.forwards_after_cancel += 1
         try:
             rows = self.context.decode(parts)
         except Exception as exc:

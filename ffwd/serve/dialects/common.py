@@ -1,14 +1,17 @@
-"""What the dialects share: ids, strict models, stop strings, tool choices checked
-against the tools, volatile prompt blocks, the output cap in a usage."""
+"""What the dialects share: ids, strict models, fields an API does not have, stop
+strings, tool choices checked against the tools, volatile prompt blocks, the output cap in
+a usage."""
 
 from __future__ import annotations
 
 import re
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.json_schema import JsonDict
+from pydantic_core import PydanticCustomError
 
 from ffwd.engine.events import GenerationResult
 from ffwd.serve.errors import APIError, bad_request
@@ -33,6 +36,23 @@ class Strict(BaseModel):
 
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
 
+
+def _not_a_parameter(value: object) -> object:
+    raise PydanticCustomError("extra_forbidden", "Extra inputs are not permitted")
+
+
+def _never(schema: JsonDict) -> None:
+    """The document's word for a field no value of is valid (no default either)."""
+    schema.pop("default", None)
+    schema.update({"not": {}, "description": "not a parameter of this API: omit"})
+
+
+# A field the API does not have, refused as its server refuses it (an unknown parameter)
+# where ignoring it would silently change the reply: `n` asks Chat Completions for n
+# choices, and the Responses and Messages APIs return one reply and have no `n`. The
+# served document says so: no value is valid.
+NotAParameter = Annotated[Any, BeforeValidator(_not_a_parameter),
+                         Field(json_schema_extra=_never)]
 
 def strip_volatile(text: str) -> str:
     """`text` without the lines that change per request (see `VOLATILE_LINE`).

@@ -2,7 +2,9 @@
 
 The same rules as `ffwd.serve.protocol`'s (strict types, finite numbers, the
 shared sampling fields), plus the prompt: one prompt, as text or as token ids
-(OpenAI's tokenized prompt, a list of integers).
+(OpenAI's tokenized prompt, a list of integers). ``tools`` and ``tool_choice`` are
+refused, not ignored: Completions writes text after a prompt, and tool calls are
+Chat Completions'.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, field_validator
+from pydantic.json_schema import JsonDict
 
 from ffwd.serve.errors import bad_request
 from ffwd.serve.protocol import (
@@ -26,6 +29,8 @@ from ffwd.serve.protocol import (
 # vocabulary is named, below 0 or above it); the served document states it.
 TokenId = Annotated[int, BeforeValidator(json_integer)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+CHAT_ONLY: JsonDict = {"type": "null", "description": "not supported here: tool calls are "
+                       "made on /v1/chat/completions; omit, or null"}
 
 
 class CompletionRequest(SamplingFields):
@@ -44,6 +49,8 @@ class CompletionRequest(SamplingFields):
     logprobs: TopCount | None = None
     suffix: str | None = Field(default=None, json_schema_extra=REFUSED)
     best_of: Int | None = Field(default=None, json_schema_extra=ONE)
+    tools: Any = Field(default=None, json_schema_extra=CHAT_ONLY)  # refused (`check`)
+    tool_choice: Any = Field(default=None, json_schema_extra=CHAT_ONLY)
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -95,6 +102,11 @@ class CompletionRequest(SamplingFields):
 
     def check(self) -> None:
         """Parameters ffwd refuses rather than ignores, as 400s that name them."""
+        for name in ("tools", "tool_choice"):
+            if getattr(self, name) is not None:
+                raise bad_request(f"{name} is not supported on /v1/completions, which writes "
+                                  "text after a prompt: send tools to /v1/chat/completions",
+                                  param=name, code="unsupported_parameter")
         if self.suffix:
             raise bad_request("suffix is not supported: ffwd has no fill-in-the-middle mode; "
                               "send the text before the gap as prompt", param="suffix",

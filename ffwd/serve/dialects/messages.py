@@ -62,24 +62,24 @@ def open_message(req: MessagesRequest,
 
 def messages_request(req: CountTokensRequest, reply_id: str, context: Context | None = None
                      ) -> tuple[GenerationRequest, list[str]]:
-    """The generation `req` asks for, and the warnings for its reply."""
+    """The generation `req` asks for, and the warnings for its reply (``count_tokens``
+    renders its prompt: the same checks, the same prompt)."""
+    req.check()
     warnings: list[str] = []
     system = strip_volatile(req.system_text)
     messages = ([{"role": "system", "content": system}] if system else []) + [
         m for i, msg in enumerate(req.messages) for m in template_messages(msg, i)]
     tools = function_tools(req, warnings)
     choice, parallel = tool_choice(req, tools)
-    sampling, extra = SamplingParams(), dict[str, Any]()
-    if isinstance(req, MessagesRequest):
-        sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                                  seed=req.seed)
-        extra = {"max_tokens": req.max_tokens, "stop": tuple(req.stop_sequences or ()),
-                 "fill": req.ffwd.fill_overrides() if req.ffwd else None,
-                 "stream": req.stream, "response_format": req.output_config.response_format()
-                 if req.output_config else None}
-    gen = GenerationRequest(reply_id, "chat", messages=messages, tools=tools,
-                            tool_choice=choice, parallel_tool_calls=parallel, sampling=sampling,
-                            params=PARAMS, context=context or Context(), **extra)
+    sampling = SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                              seed=req.seed)
+    gen = GenerationRequest(
+        reply_id, "chat", messages=messages, tools=tools, tool_choice=choice,
+        parallel_tool_calls=parallel, sampling=sampling, params=PARAMS,
+        context=context or Context(), max_tokens=req.max_tokens,
+        stop=tuple(req.stop_sequences or ()),
+        fill=req.ffwd.fill_overrides() if req.ffwd else None, stream=req.stream,
+        response_format=req.output_config.response_format() if req.output_config else None)
     return gen, warnings
 
 

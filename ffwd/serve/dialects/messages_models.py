@@ -4,7 +4,11 @@
 Content blocks and tools are tagged unions on ``type`` (capitalised tags, so
 an error names the field as the API does: ``messages[1].content[0].input``).
 ``thinking`` blocks and the ``thinking`` setting are accepted and ignored;
-image, document and server-tool blocks are refused (the model reads text).
+image, document and server-tool blocks are refused (the model reads text), and
+so are ``n`` and a ``tool_result`` that answers no ``tool_use`` of the assistant
+turn before it (`CountTokensRequest.check`), as Anthropic's API refuses them.
+``count_tokens`` takes the same body, its fields validated the same way, with
+``max_tokens`` optional.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from ffwd.serve.dialects.common import Strict, check_stops
+from ffwd.serve.dialects.common import NotAParameter, Strict, check_stops
+from ffwd.serve.errors import bad_request
 from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText
 
 MAX_STOP_SEQUENCES = 16
@@ -170,22 +175,16 @@ class OutputConfig(Strict):
 
 
 class CountTokensRequest(Strict):
+    """A Messages body, as ``count_tokens`` takes it: ``max_tokens`` optional, every field
+    validated as `MessagesRequest` validates it (what one refuses, the other refuses)."""
+
     model: Annotated[str, Field(min_length=1)]
     messages: Annotated[list[InputMessage], Field(min_length=1)]
     system: str | list[TextBlock] | None = None
     tools: Annotated[list[Tool], Field(max_length=4 * 128)] | None = None
     tool_choice: ToolChoice | None = None
     thinking: dict[str, Any] | None = None  # accepted, not used
-
-    @property
-    def system_text(self) -> str:
-        if self.system is None or isinstance(self.system, str):
-            return self.system or ""
-        return "\n".join(b.text for b in self.system)
-
-
-class MessagesRequest(CountTokensRequest):
-    max_tokens: AtLeastOne
+    max_tokens: AtLeastOne | None = None
     stop_sequences: Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     temperature: float = Field(default=1.0, ge=0.0, le=1.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
@@ -195,6 +194,7 @@ class MessagesRequest(CountTokensRequest):
     service_tier: str | None = None
     output_config: OutputConfig | None = None
     seed: Seed | None = None  # not Anthropic's: as OpenAI's
+    n: NotAParameter = None  # Chat Completions' choices: one message here
     ffwd: FfwdSettings | None = None
 
     @field_validator("stop_sequences", mode="before")
@@ -203,3 +203,29 @@ class MessagesRequest(CountTokensRequest):
         if isinstance(v, str):
             raise ValueError("expected an array of strings")
         return check_stops(v, MAX_STOP_SEQUENCES)
+
+    @property
+    def system_text(self) -> str:
+        if self.system is None or isinstance(self.system, str):
+            return self.system or ""
+        return "\n".join(b.text for b in self.system)
+
+    def check(self) -> None:
+        """Each ``tool_result`` answers a ``tool_use`` of the assistant message before it
+        (system turns between them aside), as Anthropic's API requires: a 400 naming it."""
+        called: set[str] = set()  # the tool_use ids of the last assistant message
+        for i, msg in enumerate(self.messages):
+            if msg.role == "system":
+                continue
+            blocks = msg.content if isinstance(msg.content, list) else []
+            for j, block in enumerate(blocks):
+                if isinstance(block, ToolResultBlock) and block.tool_use_id not in called:
+                    raise bad_request(
+                        f"unexpected tool_use_id {block.tool_use_id!r} in a tool_result block: "
+                        "each tool_result answers a tool_use block of the previous (assistant) "
+                        "message", param=f"messages[{i}].content[{j}].tool_use_id")
+            called = {b.id for b in blocks if isinstance(b, ToolUseBlock)}
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: AtLeastOne

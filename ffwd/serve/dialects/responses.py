@@ -83,11 +83,14 @@ def responses_request(req: ResponsesRequest, reply_id: str, history: list[dict[s
     if req.conversation is not None:
         raise refused("conversation", "the Conversations API is not supported: continue "
                       "with previous_response_id, or send the whole input")
-    if req.input is None and not history:
-        raise bad_request("'input': is required", param="input",
-                          code="missing_required_parameter")
     warnings: list[str] = []
     conversation = history + input_messages(req, warnings)
+    if not conversation:  # nothing to answer: no input, no message in it, no earlier turn
+        raise bad_request("'input': is required" if req.input is None else
+                          "'input': has no message for the model to answer (an empty array, "
+                          "or only items the model is not shown)", param="input",
+                          code="missing_required_parameter" if req.input is None
+                          else "invalid_value")
     tools = function_tools(req, warnings)
     choice, tools = tool_choice(req, tools)
     fmt = req.text.format if req.text else None

@@ -5,21 +5,37 @@ that an error names the field as the API does (``input[2].arguments``, not a
 validator's path). Item and tool types ffwd does not run (``reasoning``,
 ``web_search_call``, ``web_search``, ``local_shell``, ``custom``, ...) are kept
 as `OtherItem` / `OtherTool`, which the dialect skips (with a warning on the
-response where that changes what the model sees).
+response where that changes what the model sees); an item type the API does not
+have is a 400, as are an ``include`` value it does not list and ``n``.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.json_schema import JsonDict
 
-from ffwd.serve.dialects.common import NON_TEXT_PARTS, Strict, check_stops
-from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText, TopCount
+from ffwd.serve.dialects.common import NON_TEXT_PARTS, NotAParameter, Strict, check_stops
+from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Metadata, Seed, StopText, TopCount
 
-MAX_METADATA = 16  # key-value pairs, as OpenAI
+# The input items of the API (its SDK's `ResponseInputItemParam`) that the model is not
+# shown: the calls of tools OpenAI runs, their outputs, reasoning, references.
+OtherItemType = Literal[
+    "reasoning", "file_search_call", "computer_call", "computer_call_output",
+    "web_search_call", "tool_search_call", "tool_search_output", "additional_tools",
+    "configuration_update", "compaction", "compaction_trigger", "image_generation_call",
+    "code_interpreter_call", "local_shell_call", "local_shell_call_output", "shell_call",
+    "shell_call_output", "apply_patch_call", "apply_patch_call_output", "mcp_list_tools",
+    "mcp_approval_request", "mcp_approval_response", "mcp_call", "item_reference", "program",
+    "program_output"]
+# What ``include`` may name (the SDK's `ResponseIncludable`); ffwd has logprobs to give.
+Includable = Literal[
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs", "reasoning.encrypted_content",
+    "message.output_text.logprobs"]
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "refusal", "summary_text")
 
 
@@ -113,7 +129,15 @@ class CustomCallOutputItem(Strict):
 class OtherItem(Strict):
     """An item the model is not shown (``reasoning``, hosted tools' calls, references)."""
 
-    type: str
+    type: OtherItemType
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known(cls, v: object) -> object:
+        if v not in get_args(OtherItemType):
+            raise ValueError(f"{v!r} is not an input item type; the API's are "
+                             + ", ".join([*_ITEM_TAGS, *get_args(OtherItemType)]))
+        return v
 
 
 _ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall",
@@ -232,7 +256,7 @@ class TextConfig(Strict):
 
 # What the served document says of the rules JSON Schema can state.
 INPUT_OR_PREVIOUS: JsonDict = {"anyOf": [  # the server answers 400 without either
-    {"required": ["input"], "properties": {"input": {"not": {"type": "null"}}}},
+    {"required": ["input"], "properties": {"input": {"not": {"type": "null"}, "minItems": 1}}},
     {"required": ["previous_response_id"],
      "properties": {"previous_response_id": {"type": "string"}}}]}
 
@@ -251,11 +275,10 @@ class ResponsesRequest(Strict):
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_logprobs: TopCount | None = None
-    include: list[str] | None = None
+    include: list[Includable] | None = None
     stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
     seed: Seed | None = None
-    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]],
-                        Field(max_length=MAX_METADATA)] | None = None
+    metadata: Metadata | None = None
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
@@ -265,6 +288,7 @@ class ResponsesRequest(Strict):
     conversation: str | dict[str, Any] | None = Field(default=None, json_schema_extra={
         "type": "null", "description": "not supported (the Conversations API): omit, or null"})
     user: str | None = None
+    n: NotAParameter = None  # Chat Completions' choices: one response here
     ffwd: FfwdSettings | None = None
 
     _stops = field_validator("stop", mode="before")(lambda v: check_stops(v, 4))
