@@ -43,7 +43,7 @@ def wanted(files: Sequence[str], name: HubName) -> list[str]:
     if name.tag is None and "config.json" in files:
         return [f for f in files if f.endswith(HF_FILES) and "/" not in f]
     ggufs = [f for f in files if is_model_file(f)]
-    want = f"a GGUF tagged {name.tag}" if name.tag else "a GGUF or a config.json"
+    want = f"GGUF tagged {name.tag}" if name.tag else "GGUF model file and no config.json"
     raise DownloadFailed(f"{name.repo} on the Hub has no {want} (its GGUF files: "
                          f"{', '.join(ggufs[:8]) or 'none'})")
 

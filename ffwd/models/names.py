@@ -1,13 +1,16 @@
 """What users type for a model, read as text: Hub names, Ollama names, GGUF file choice.
 
-* `hub_name`: ``ORG/NAME[:QUANT]`` as llama-server's ``-hf`` takes it (also with
-  ``hf.co/`` or ``huggingface.co/`` before it), the quantization tag optional.
+* `hub_name`: ``ORG/NAME[:QUANT]`` as llama-server's ``-hf`` takes it, the
+  quantization tag optional (``hf.co/ORG/NAME:QUANT`` is how Ollama names a
+  model it pulled from the Hub: an Ollama name).
 * `ollama_name`: ``[HOST/][NAMESPACE/]MODEL[:TAG]`` as ``ollama run`` takes it
   (registry.ollama.ai, library and latest when left out).
 * `pick_gguf`: the GGUF a quantization tag names among a repository's files, by
   llama-server's rule: the first model file whose path holds ``TAG-`` or ``TAG.``
   (any case), or without a tag Q4_K_M, then Q8_0, then the first; never a
-  projector or imatrix file, only the first part of a split.
+  projector or imatrix file, only the first part of a split. One change: a
+  tag that starts a word is looked for first, so ``:F16`` picks ``M-F16.gguf``
+  over an earlier ``M-BF16.gguf`` (llama-server takes whichever comes first).
 * `split_of` and `split_name`: llama.cpp's naming of split GGUFs,
   ``PREFIX-00001-of-00003.gguf``.
 """
@@ -21,8 +24,7 @@ from dataclasses import dataclass
 _PART = r"\w(?:[\w.-]{0,94}\w)?"  # a Hub id's owner or name, an Ollama name's word
 _WORD = re.compile(_PART, re.ASCII)
 _TAG = re.compile(r"[A-Za-z0-9][\w.-]{0,127}", re.ASCII)
-_HUB = re.compile(rf"(?:(?:https?://)?(?:hf\.co|huggingface\.co)/)?(?P<repo>{_PART}/{_PART})"
-                  rf"(?::(?P<tag>{_TAG.pattern}))?", re.ASCII)
+_HUB = re.compile(rf"(?P<repo>{_PART}/{_PART})(?::(?P<tag>{_TAG.pattern}))?", re.ASCII)
 _HOST = re.compile(r"[\w.-]+(?::\d+)?", re.ASCII)
 _SPLIT = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
 DEFAULT_TAGS = ("Q4_K_M", "Q8_0")
@@ -129,10 +131,11 @@ def pick_gguf(files: Sequence[str], tag: str | None) -> str | None:
     """
     models = [f for f in files if is_model_file(f) and _first_part(f)]
     for t in (tag,) if tag else DEFAULT_TAGS:
-        pattern = re.compile(re.escape(t) + "[.-]", re.IGNORECASE)
-        found = next((f for f in models if pattern.search(f)), None)
-        if found is not None:
-            return found
+        for lead in (r"(?:^|[-._/])", ""):  # a whole word first: F16 is not BF16's tail
+            pattern = re.compile(lead + re.escape(t) + "[.-]", re.IGNORECASE)
+            found = next((f for f in models if pattern.search(f)), None)
+            if found is not None:
+                return found
     return None if tag or not models else models[0]
 
 

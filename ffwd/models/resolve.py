@@ -129,13 +129,15 @@ def _missed(name: str, where: str, listed: list[Found], looked: list[str]) -> No
 
 def closest(name: str, names: list[str], n: int = 3) -> list[str]:
     """Up to `n` of `names` nearest to `name`, in any case: those holding its model part
-    first, then the most alike.
+    first (the most alike first), then the most alike.
 
     >>> closest("qwen3:4b", ["llama3.2:1b", "qwen3:8b", "Qwen/Qwen3-8B-GGUF:Q4_K_M"])
     ['qwen3:8b', 'Qwen/Qwen3-8B-GGUF:Q4_K_M']
     """
+    want = name.lower()
     lowered = {x.lower(): x for x in names}
-    stem = name.lower().partition(":")[0].rpartition("/")[2]
-    holding = [x for low, x in lowered.items() if stem and stem in low]
-    alike = [lowered[x] for x in difflib.get_close_matches(name.lower(), lowered, n, 0.5)]
-    return list(dict.fromkeys(holding + alike))[:n]
+    stem = want.partition(":")[0].rpartition("/")[2]
+    holding = sorted((low for low in lowered if stem and stem in low),
+                     key=lambda low: -difflib.SequenceMatcher(None, want, low).ratio())
+    alike = difflib.get_close_matches(want, lowered, n, 0.5)
+    return [lowered[low] for low in dict.fromkeys(holding + alike)][:n]
