@@ -100,6 +100,7 @@ def write_split(src: Path, first: Path, parts: int = 3) -> list[Path]:
     (``NAME-00001-of-0000N.gguf``), a named ``tool_use`` template added; the parts."""
     import gguf
 
+    first.parent.mkdir(parents=True, exist_ok=True)
     reader = gguf.GGUFReader(src)
     prefix = first.name.removesuffix(f"-00001-of-{parts:05d}.gguf")
     arch = str(reader.fields["general.architecture"].contents())
