@@ -28,9 +28,11 @@ import torch
 from ffwd.bench.replay import assistant_ids, in_schema_order
 from ffwd.bench.workloads.bfcl import CATEGORIES, load_entries
 from ffwd.grammar import RequestGrammars
+from ffwd.templates.choose import resolve_template
 from ffwd.templates.formats import FORMATS
-from ffwd.templates.render import normalize_tools, render_chat, resolve_template
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import default_eos_ids
+from ffwd.templates.tools import normalize_tools
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -47,9 +49,10 @@ def measure(
     tokenizer: Any, fmt: str, entries: Sequence[Any], tool_choice: str = "required"
 ) -> dict[str, Any]:
     """Per-token mask and forced-token microseconds for one format over `entries`."""
-    template, name = resolve_template(tokenizer, fmt)
+    resolved = resolve_template(tokenizer, fmt)
+    template, name = resolved.template, resolved.format_name
     eos = default_eos_ids(tokenizer)
-    grammars = RequestGrammars(tokenizer, template, name, len(tokenizer), eos)
+    grammars = RequestGrammars(tokenizer, template, resolved.format, len(tokenizer), eos)
     logits = torch.randn(len(tokenizer), generator=torch.Generator().manual_seed(0))
     mask_us: list[float] = []
     forced_us: list[float] = []

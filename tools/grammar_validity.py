@@ -31,7 +31,7 @@ from ffwd.engine.core.generate import drive
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.service import ModelService
 from ffwd.templates.formats import FORMATS
-from ffwd.templates.render import normalize_tools
+from ffwd.templates.tools import normalize_tools
 
 
 def valid(calls: Sequence[Any], tools: Sequence[dict[str, Any]]) -> bool:

@@ -133,7 +133,7 @@ def _backend(ref: Any, engine: str, dtype: str, threads: int, kv_cache: str,
 
 def main(argv: Sequence[str] | None = None) -> int:
     from ffwd.models import engine_for, load_tokenizer, resolve_model
-    from ffwd.templates.render import encode_prompt
+    from ffwd.templates.choose import encode_prompt
 
     p = argparse.ArgumentParser(prog="python -m ffwd.bench.agreement", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

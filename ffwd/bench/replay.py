@@ -40,8 +40,10 @@ from typing import Any
 
 from ffwd.fill import FILL_KINDS, FillPlan, FillRow, FillSession, Proposal
 from ffwd.grammar import GrammarConstraint, RequestGrammars
-from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.choose import resolve_template
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from ffwd.templates.turns import turn_start
 
 TOOL_CHOICES = ("auto", "required")
 
@@ -86,16 +88,16 @@ def assistant_ids(tokenizer: Any, prompt: str, full: str, eos: Iterable[int]) ->
     """The ids the model would write after `prompt` to produce `full`, through EOS.
 
     Sliced from the whole rendering's ids; when the prompt's last token merges
-    with the turn (the prompt's ids are not a prefix), the turn is encoded alone.
+    with the turn (the prompt's ids are not a prefix), or the prompt opens what
+    the turn shows closed (`ffwd.templates.turns`), the turn is encoded alone.
     """
-    if not full.startswith(prompt):
-        raise ValueError("the rendering with the answer does not start with the prompt")
+    a0 = turn_start(prompt, full)
     p = tokenizer.encode(prompt, add_special_tokens=False)
     f = tokenizer.encode(full, add_special_tokens=False)
     ids = (
         f[len(p) :]
-        if f[: len(p)] == p
-        else tokenizer.encode(full[len(prompt) :], add_special_tokens=False)
+        if a0 == len(prompt) and f[: len(p)] == p
+        else tokenizer.encode(full[a0:], add_special_tokens=False)
     )
     stop = set(eos)
     for i, tok in enumerate(ids):
@@ -217,10 +219,15 @@ def replay(
     tool_choice: str = "auto",
     grammar: bool = False,
     schema_order: bool = False,
+    chat_template: str | None = None,
 ) -> ReplayResult:
     """Replay each entry's first ground-truth call (see the module docstring);
-    `schema_order` puts its arguments in the order the tool's schema lists them."""
-    template, fmt_name = resolve_template(tokenizer, fmt)
+    `schema_order` puts its arguments in the order the tool's schema lists them;
+    `chat_template` stands for the tokenizer's own template."""
+    resolved = resolve_template(tokenizer, fmt, chat_template)
+    if resolved.format is None:
+        raise ValueError(resolved.note)
+    template, fmt_name = resolved.template, resolved.format
     eos = default_eos_ids(tokenizer)
     grammars = (
         RequestGrammars(tokenizer, template, fmt_name, len(tokenizer), eos) if grammar else None

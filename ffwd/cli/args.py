@@ -85,8 +85,7 @@ def add_service_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompt-cache-bytes", type=int, default=DEFAULT_PROMPT_CACHE_BYTES,
                    help="KV states of other conversations kept, LRU; 0 = live cache only "
                    f"(default: {DEFAULT_PROMPT_CACHE_BYTES})")
-    p.add_argument("--tool-format", default=None,
-                   help="hermes|qwen_xml|llama3_json|mistral (default: detected from the template)")
+    template_arguments(p)
     limits = TokenLimits()
     p.add_argument("--default-max-tokens", default=None,
                    help="output tokens of a request that names no max_tokens "
@@ -223,6 +222,28 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
     return fill, engine
 
 
+def template_arguments(p: argparse.ArgumentParser) -> None:
+    """``--tool-format`` and ``--chat-template`` (serve, info, generate)."""
+    from ffwd.templates.formats import FORMATS
+
+    p.add_argument("--tool-format", default=None, choices=list(FORMATS), metavar="FORMAT",
+                   help="the tool-call format to use (default: recognised from the chat "
+                   f"template): {', '.join(FORMATS)}")
+    p.add_argument("--chat-template", default=None, metavar="FILE",
+                   help="a Jinja chat template to serve the model with instead of its own")
+
+
+def read_template(args: argparse.Namespace) -> str | None:
+    """The text of ``--chat-template``, or None; a ValueError naming the file otherwise."""
+    if getattr(args, "chat_template", None) is None:
+        return None
+    try:
+        with open(args.chat_template, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise ValueError(f"--chat-template {args.chat_template}: {exc.strerror}") from None
+
+
 def wants_replicas(args: argparse.Namespace) -> bool:
     """Whether any scale-out flag was given (`ffwd serve` then runs on Ray Serve)."""
     given = [getattr(args, k) for k in (*SCALE_FLAGS, "ray_address") if hasattr(args, k)]
@@ -235,7 +256,8 @@ def deploy_spec(args: argparse.Namespace, fill: FillConfig, engine: EngineConfig
 
     return DeploySpec(
         args.model, fill, engine, resolve_scale_config({k: getattr(args, k) for k in SCALE_FLAGS}),
-        args.tool_format, args.prompt_cache_bytes, args.api_key, args.max_queue,
+        args.tool_format, read_template(args), args.prompt_cache_bytes, args.api_key,
+        args.max_queue,
         args.max_body_bytes, args.host, args.port, resolve_limits(args),
         cors_origins=resolve_cors_origins(args.cors_origins),
         keep_alive=resolve_keep_alive(args.keep_alive_timeout),

@@ -16,14 +16,14 @@ import json
 import sys
 from dataclasses import asdict
 
-from ffwd.cli.args import add_model_arguments, resolve_ref
+from ffwd.cli.args import add_model_arguments, read_template, resolve_ref, template_arguments
 from ffwd.config import (
     FILL_MODES,
     SERVER_DEFAULT_FILL,
     resolve_engine_config,
     resolve_fill_config,
 )
-from ffwd.templates.render import encode_prompt
+from ffwd.templates.choose import encode_prompt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="bit-identical greedy output however forwards are cut "
                         "(FFWD_DETERMINISTIC)")
     parser.add_argument("--raw", action="store_true", help="tokenize the prompt as is")
-    parser.add_argument("--tool-format", default=None,
-                        help="template choice as in `ffwd serve` (default: detected)")
+    template_arguments(parser)
     parser.add_argument("--fill", default=None, choices=FILL_MODES, help="FFWD_FILL")
     parser.add_argument("--max-span", default=None, help="FFWD_FILL_MAX_SPAN")
     parser.add_argument("--trace", default=None,
@@ -90,7 +89,8 @@ def main(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(ref)
     try:
         backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer)
-        ids = encode_prompt(tokenizer, args.prompt, args.raw, args.tool_format)
+        ids = encode_prompt(tokenizer, args.prompt, args.raw, args.tool_format,
+                            read_template(args))
     except ValueError as exc:
         print(f"ffwd generate: {exc}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from ffwd.cli.args import add_model_arguments, resolve_ref
+from ffwd.cli.args import add_model_arguments, read_template, resolve_ref, template_arguments
 from ffwd.config import SERVER_DEFAULT_FILL, resolve_engine_config, resolve_fill_config
 from ffwd.engine.promise import greedy_promise
 
@@ -43,8 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="llama.cpp: layers on the GPU, auto|all|N (FFWD_N_GPU_LAYERS)")
     p.add_argument("--tie-margin", default=None,
                    help="greedy verify's tie margin: off|auto|logits (FFWD_TIE_MARGIN)")
-    p.add_argument("--tool-format", default=None,
-                   help="hermes|qwen_xml|llama3_json|mistral (default: detected)")
+    template_arguments(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--measure-cost", action="store_true",
                    help="load the model and measure its forward cost curve again (seconds)")
@@ -53,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
     from ffwd.models import engine_for, load_tokenizer, pick_device
-    from ffwd.templates.render import model_template, resolve_template
+    from ffwd.templates.choose import model_template, resolve_template
 
     engine = resolve_engine_config(overrides={
         "backend": args.backend, "dtype": args.dtype, "device": args.device,
@@ -66,7 +65,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
     backend = engine_for(ref, engine.backend, device)
     window = _context_window(ref, backend, engine.context)
     tokenizer = load_tokenizer(ref)
-    template, tool_format = resolve_template(tokenizer, args.tool_format)
+    resolved = resolve_template(tokenizer, args.tool_format, read_template(args))
     if args.measure_cost:
         from ffwd.models import load_backend
 
@@ -89,9 +88,10 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "device": device,
         "dtype": _dtype_text(backend, engine, costs["dtype"]),
         "threads": _threads(engine.threads),
-        "template": "the model's own" if template == model_template(tokenizer)
-        else f"builtin {tool_format} (the model's own has no tool calls)",
-        "tool_format": tool_format,
+        "template": "the model's own" if resolved.template == model_template(tokenizer)
+        else "builtin",
+        "tool_format": resolved.format_name,
+        "tool_calls": resolved.note,
         "context_window": window,
         "vocab_size": len(tokenizer),
         "attention": costs["attention"],

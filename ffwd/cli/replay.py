@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ffwd.bench.replay import TOOL_CHOICES, replay
-from ffwd.templates.render import resolve_template
+from ffwd.templates.choose import Resolved, resolve_template
 from ffwd.templates.rows import compile_tools, default_eos_ids
 
 
@@ -33,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", nargs="+", choices=list(FORMATS), default=[None], metavar="FORMAT",
         help=f"tool-call formats ({', '.join(FORMATS)}; default: the model's own, else hermes)",
     )
+    parser.add_argument("--chat-template", default=None, metavar="FILE",
+                        help="a Jinja chat template to use instead of the tokenizer's own")
     parser.add_argument(
         "--tokenizer", default="default",
         help="default (embedded SmolLM2), gemma3, a HF tokenizer dir or a .gguf",
@@ -54,18 +58,24 @@ def main(args: argparse.Namespace) -> int:
     from ffwd.models import load_tokenizer
 
     tokenizer = load_tokenizer(args.tokenizer)
+    own = Path(args.chat_template).read_text() if args.chat_template else None
     cells = [(c, f) for c in args.bfcl for f in args.format]
     rows = []
     for category, fmt_arg in cells:
         entries = load_entries(category, args.limit)
-        _, fmt = resolve_template(tokenizer, fmt_arg)
+        resolved = resolve_template(tokenizer, fmt_arg, own)
+        if resolved.format is None:
+            print(f"ffwd replay: {resolved.note}", file=sys.stderr)
+            return 2
+        fmt = resolved.format.name
         head = {"category": category, "format": fmt, "tokenizer": args.tokenizer,
                 "tool_choice": args.tool_choice}
         if args.compile_tools:
-            out = {**head, **compile_time(entries, tokenizer, fmt, args.tool_choice,
+            out = {**head, **compile_time(entries, tokenizer, resolved, args.tool_choice,
                                           args.compile_tools)}
         else:
-            out = {**head, **replay_cell(entries, tokenizer, fmt, args.tool_choice, args.grammar)}
+            out = {**head, **replay_cell(entries, tokenizer, resolved, args.tool_choice,
+                                         args.grammar)}
         rows.append(out)
         if args.json:
             print(json.dumps(out), flush=True)
@@ -75,12 +85,15 @@ def main(args: argparse.Namespace) -> int:
 
 
 def replay_cell(
-    entries: Sequence[Any], tokenizer: Any, fmt: str, tool_choice: str, grammar: bool
+    entries: Sequence[Any], tokenizer: Any, resolved: Resolved, tool_choice: str, grammar: bool
 ) -> dict[str, Any]:
     """One cell's figures; with `grammar`, rows alone (same ground truth) beside them."""
-    out = replay(entries, tokenizer, fmt, tool_choice, grammar=grammar).as_dict()
+    own = resolved.template  # its format is recognised from it again
+    out = replay(entries, tokenizer, None, tool_choice, grammar=grammar,
+                 chat_template=own).as_dict()
     if grammar:
-        alone = replay(entries, tokenizer, fmt, tool_choice, schema_order=True)
+        alone = replay(entries, tokenizer, None, tool_choice, schema_order=True,
+                       chat_template=own)
         out["rows_alone"] = {
             "fraction": round(alone.fraction, 4),
             "injected": alone.injected,
@@ -90,7 +103,8 @@ def replay_cell(
 
 
 def compile_time(
-    entries: Sequence[Any], tokenizer: Any, fmt: str, tool_choice: str, n: int, repeat: int = 10
+    entries: Sequence[Any], tokenizer: Any, resolved: Resolved, tool_choice: str, n: int,
+    repeat: int = 10,
 ) -> dict[str, Any]:
     """Wall and CPU milliseconds to compile the entries' first `n` distinct tools."""
     tools: dict[str, Any] = {}
@@ -100,7 +114,7 @@ def compile_time(
     chosen = list(tools.values())[:n]
     if len(chosen) < n:
         raise ValueError(f"--compile-tools {n}: these entries have only {len(chosen)} tools")
-    template, _ = resolve_template(tokenizer, fmt)
+    template, fmt = resolved.template, resolved.format
     eos = default_eos_ids(tokenizer)
     wall, cpu, rows = [], [], 0
     for _ in range(repeat):

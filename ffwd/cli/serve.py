@@ -12,6 +12,7 @@ from ffwd.cli.args import (
     add_scale_arguments,
     add_service_arguments,
     deploy_spec,
+    read_template,
     resolve_limits,
     resolve_ref,
     resolve_settings,
@@ -88,6 +89,7 @@ def _serve_here(args: argparse.Namespace, ref: Any, fill: FillConfig, engine: En
         try:
             service = load_service(
                 ref, engine, fill, tool_format=args.tool_format,
+                chat_template=read_template(args),
                 prompt_cache_bytes=args.prompt_cache_bytes, limits=limits,
                 on_step=lambda step: bar.update(),
                 progress=lambda text: bar.write(f"measuring attention paths: {text}",
@@ -114,8 +116,10 @@ def _serve_here(args: argparse.Namespace, ref: Any, fill: FillConfig, engine: En
         print(f"parallel: {service.parallel} requests decode together, each a KV cache of "
               f"{backend.context_window} ids; prompts go in chunks of {ctx.budget} "
               "ids per step while others decode", file=sys.stderr)
+    print(service.format_note, file=sys.stderr)
+    tools = f"{service.format_name} tools" if service.format else "no tools"
     print(
-        f"ffwd serving {name} on {backend.engine} ({service.format_name} tools, fill "
+        f"ffwd serving {name} on {backend.engine} ({tools}, fill "
         f"{service.fill.mode}) at http://{args.host}:{args.port}/v1",
         file=sys.stderr, flush=True,
     )

@@ -55,6 +55,7 @@ class ModelReplica:
     def __init__(self, spec: DeploySpec) -> None:
         service = load_service(
             spec.model, spec.replica_engine, spec.fill, tool_format=spec.tool_format,
+            chat_template=spec.chat_template,
             prompt_cache_bytes=spec.prompt_cache_bytes, limits=spec.limits,
         )
         # Ray sends at most max_ongoing requests, so this line never overflows.

@@ -38,8 +38,8 @@ APP_NAME = "ffwd"
 MODEL_DEPLOYMENT = "ModelReplica"
 INGRESS_DEPLOYMENT = "Ingress"
 ROUTER_CLASS = "ffwd.deploy.ray_router:PrefixAffinityRouter"
-_SERVICE_KEYS = ("model", "tool_format", "prompt_cache_bytes", "api_key", "max_queue",
-                 "max_body_bytes", "log_format", "keep_alive")
+_SERVICE_KEYS = ("model", "tool_format", "chat_template", "prompt_cache_bytes", "api_key",
+                 "max_queue", "max_body_bytes", "log_format", "keep_alive")
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,7 @@ class DeploySpec:
     engine: EngineConfig = field(default_factory=EngineConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
     tool_format: str | None = None
+    chat_template: str | None = None  # the template's text (--chat-template)
     prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE  # requests waiting at the ingress for a replica

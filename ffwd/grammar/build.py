@@ -15,10 +15,12 @@
 
 Arguments: JSON formats embed each tool's parameters schema (``%json``, in
 schema order: llguidance fixes properties to the order the schema lists
-them). XML (qwen_xml) writes each parameter as the template does, value by
-value: enums and consts as rendered, numbers, arrays and objects as JSON,
-booleans as ``True``/``False``, anything else as raw text up to
-``\\n</parameter>``. Tool arguments are closed: an object schema that lists
+them). Key/value formats (``pairs``: qwen_xml, GLM, DSML, MiniMax, ...) write
+each parameter with the markup the template's renderings show
+(`ffwd.grammar.skeleton.Pairs`), value by value: enums and consts as
+rendered, numbers, arrays and objects as JSON, booleans and null as the
+template writes them (``True`` or ``true``), anything else as raw text up to
+the value's closing markup. Tool arguments are closed: an object schema that lists
 ``properties`` and does not say ``additionalProperties`` admits only those
 (``true`` or a schema re-opens it; ``"strict": true`` closes every object); an
 object inside the arguments that lists none is a free-form map, and a tool
@@ -37,12 +39,17 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ffwd.grammar.lark import Markup, json_rule, literal, regex_class_char, strict_schema
-from ffwd.grammar.skeleton import Skeleton
-from ffwd.templates.formats.qwen_xml import PARAMETER, PARAMETER_END
+from ffwd.grammar.lark import (
+    Markup,
+    json_rule,
+    literal,
+    regex_class_char,
+    regex_text,
+    strict_schema,
+)
+from ffwd.grammar.skeleton import Pairs, Skeleton
 
 FREE = "FREE: /(?s:.*)/"
-XML_TEXT = r"xml_text[lazy]: /(?s:.*)\n<\/parameter>/"
 RESPONSE_TYPES = ("text", "json_object", "json_schema")
 
 
@@ -59,11 +66,9 @@ def tool_grammar(
     tool's name); `content` is the rule body for a reply that is not a call
     (None: free text); `marker` is the format's opening marker."""
     called = [t for t in tools if choice in ("auto", "required") or t["function"]["name"] == choice]
-    lines, needs_text = _calls(skeleton, called, markup)
+    lines = _calls(skeleton, called, markup)
     more = f" ({markup.rule(skeleton.between)} call)*" if parallel and skeleton.between else ""
     end = f" {markup.rule(skeleton.end)}" if skeleton.end else ""
-    if needs_text:
-        lines.append(XML_TEXT)
     if choice != "auto":
         return "\n".join([f"start: {markup.rule(skeleton.lead)} call{more}{end}", *lines])
     body = f"call{more}{end}"
@@ -102,11 +107,9 @@ def _lazy(lead: str, marker: str, body: str, markup: Markup, content: str | None
     ]
 
 
-def _calls(
-    skeleton: Skeleton, tools: Sequence[Mapping[str, Any]], markup: Markup
-) -> tuple[list[str], bool]:
-    """``call`` and one rule per tool; whether the XML text rule is needed."""
-    names, lines, needs_text = [], [], False
+def _calls(skeleton: Skeleton, tools: Sequence[Mapping[str, Any]], markup: Markup) -> list[str]:
+    """``call`` and one rule per tool (and the rules their arguments need)."""
+    names, lines = [], []
     for i, tool in enumerate(tools):
         fn = tool["function"]
         # Closed arguments: an object that lists `properties` and does not say
@@ -117,85 +120,107 @@ def _calls(
                                listed_only=fn.get("strict") is not True)
         if not params.get("properties") and "additionalProperties" not in params:
             params = {**params, "additionalProperties": False}  # no parameters: takes {}
-        if skeleton.json_args:
+        if skeleton.pairs is None:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)
         else:
             name = fn["name"]
-            args, rules, text = _xml_parameters(f"c{i}", params)
-            lines += rules
-            needs_text |= text
+            args, rules = _pair_parameters(f"c{i}", params, skeleton.pairs, markup)
+            lines += [r for r in rules if r not in lines]
         parts = [literal(name), markup.rule(skeleton.mid), args, markup.rule(skeleton.tail)]
         lines.append(f"c{i}: " + " ".join(p for p in parts if p))
         names.append(f"c{i}")
-    return [f"call: {' | '.join(names)}", *lines], needs_text
+    return [f"call: {' | '.join(names)}", *lines]
 
 
-def _xml_parameters(prefix: str, params: Mapping[str, Any]) -> tuple[str, list[str], bool]:
-    """The parameters of one XML call, in schema order (optional ones may be left
-    out), then, unless the schema forbids them, any others (as llguidance orders
-    JSON properties): the sequence, its rules, and whether a raw-text value occurs."""
+def _pair_parameters(
+    prefix: str, params: Mapping[str, Any], pairs: Pairs, markup: Markup
+) -> tuple[str, list[str]]:
+    """The parameters of one call as pairs, in schema order (optional ones may be left
+    out), then, unless the schema forbids them, any others (as llguidance orders JSON
+    properties): the sequence and its rules."""
     required = set(params.get("required") or ())
     props = params.get("properties") or {}
-    seq, rules, text = [], [], False
+    seq, rules = [], []
     for j, (key, schema) in enumerate(props.items()):
-        value, raw, lexemes = _xml_value(schema if isinstance(schema, Mapping) else {})
-        text |= raw
+        schema = schema if isinstance(schema, Mapping) else {}
+        value, lexemes = _pair_value(schema, pairs, markup)
         rules += [r for r in lexemes if r not in rules]
+        opening = markup.rule(pairs.open + key + pairs.between.get(_kind(schema), ""))
         rule = f"{prefix}_{j}"
-        rules.append(f"{rule}: {literal(PARAMETER + key + '>' + chr(10))} {value}")
+        rules.append(f"{rule}: {opening} {value}")
         seq.append(rule if key in required else f"{rule}?")
     extra = params.get("additionalProperties", True)
     if extra is not False:
-        value, raw, lexemes = _xml_value(extra if isinstance(extra, Mapping) else {})
-        text |= raw
+        value, lexemes = _pair_value(extra if isinstance(extra, Mapping) else {}, pairs, markup)
         rules += [r for r in lexemes if r not in rules]
         listed = "|".join(re.escape(k) for k in props)
-        key = r"/[^<>\n]+/" + (f" & ~/({listed})/" if listed else "")
+        key = r"/[^<>\n\"]+/" + (f" & ~/({listed})/" if listed else "")
+        between = markup.rule(pairs.between.get("string", ""))
         rules += [
-            f"{prefix}_extra: {literal(PARAMETER)} {prefix.upper()}_KEY {literal('>' + chr(10))} "
-            f"{value}",
+            f"{prefix}_extra: {markup.rule(pairs.open)} {prefix.upper()}_KEY {between} {value}",
             f"{prefix.upper()}_KEY: {key}",
         ]
         seq.append(f"{prefix}_extra*")
-    return " ".join(seq), rules, text
+    return " ".join(seq), rules
 
 
-def _xml_value(schema: Mapping[str, Any]) -> tuple[str, bool, list[str]]:
-    """A value as the qwen_xml template writes it, with its closing tag; whether
-    it is raw text (the lazy `xml_text` rule); the terminals it needs. A string's
-    length bounds hold (its pattern and format are not enforced in XML)."""
-    close = literal("\n" + PARAMETER_END + "\n")
+def _kind(schema: Mapping[str, Any]) -> str:
+    """The JSON type whose markup a value of `schema` gets (a string's, when unsure)."""
+    kind = schema.get("type")
+    if isinstance(kind, str) and "enum" not in schema and "const" not in schema:
+        return kind
+    return "string"
+
+
+def _pair_value(
+    schema: Mapping[str, Any], pairs: Pairs, markup: Markup
+) -> tuple[str, list[str]]:
+    """A value as the template writes it, with its closing markup, and the terminals it
+    needs. A string's length bounds hold (its pattern and format are not enforced)."""
+    close = markup.rule(pairs.close)
     choices = schema.get("enum") if isinstance(schema.get("enum"), list) else None
     if "const" in schema:
         choices = [schema["const"]]
     if choices:
-        return "(" + " | ".join(literal(_rendered(v)) for v in choices) + f") {close}", False, []
+        written = " | ".join(literal(_rendered(v, pairs)) for v in choices)
+        return f"({written}) {close}", []
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
     if kinds == ["string"] and ("minLength" in schema or "maxLength" in schema):
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
-        bounds = f"{low},{'' if high is None else int(high)}"
-        name = f"xml_str_{bounds.replace(',', '_')}"
-        lexeme = rf"{name}[lazy]: /(?s:.{{{bounds}}})\n<\/parameter>/"
-        return f"{name} {literal(chr(10))}", False, [lexeme]
+        return _text_value(pairs, markup, f"{low},{'' if high is None else int(high)}")
     if not kinds or "string" in kinds or any(k in schema for k in ("anyOf", "oneOf", "allOf")):
-        return f"xml_text {literal(chr(10))}", True, []
+        return _text_value(pairs, markup, "")
     alternatives = []
     for k in kinds:
-        if k == "boolean":
-            alternatives.append('"True" | "False"')
-        elif k == "null":
-            alternatives.append('"None"')
+        if k in ("boolean", "null"):
+            words = ("true", "false") if k == "boolean" else ("null",)
+            alternatives += [literal(pairs.words[w]) for w in words]
         else:
             alternatives.append(json_rule({**schema, "type": k}))
-    return "(" + " | ".join(alternatives) + f") {close}", False, []
+    return "(" + " | ".join(alternatives) + f") {close}", []
 
 
-def _rendered(value: Any) -> str:
-    """A value as the template's ``value`` macro writes it (JSON for containers)."""
+def _text_value(pairs: Pairs, markup: Markup, bounds: str) -> tuple[str, list[str]]:
+    """Raw text up to the value's closing markup (`bounds`: a length range, or "")."""
+    head = pairs.close.rstrip()
+    rest = pairs.close[len(head):]
+    reach = "*" if not bounds else "{" + bounds + "}"
+    name = "pair_text" + ("_" + bounds.replace(",", "_") if bounds else "")
+    if not head or any(special in head for special in markup.specials):
+        # Markup with special tokens cannot end a regex: text, then the tokens.
+        return f"{name} {markup.rule(pairs.close)}", [f"{name}: /(?s:.{reach})/"]
+    lexeme = f"{name}[lazy]: /(?s:.{reach}){regex_text(head)}/"
+    return (f"{name} {markup.rule(rest)}" if rest else name), [lexeme]
+
+
+def _rendered(value: Any, pairs: Pairs) -> str:
+    """A value as the template writes it (JSON for containers)."""
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool) or value is None:
+        return pairs.words[json.dumps(value)]
     return str(value)
 
 

@@ -42,6 +42,25 @@ def regex_class_char(c: str) -> str:
     return re.escape(c)
 
 
+def regex_text(text: str) -> str:
+    """`text` as a Lark regex that matches it literally.
+
+    >>> print(regex_text("\\n</p>"))
+    \\n<\\/p>
+    """
+    out = []
+    for c in text:
+        if c == "\n":
+            out.append(r"\n")
+        elif c == "\t":
+            out.append(r"\t")
+        elif c == "/":
+            out.append(r"\/")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
+
+
 class Markup:
     """Template markup as a Lark sequence, special tokens as token references.
 

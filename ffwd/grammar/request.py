@@ -33,9 +33,9 @@ from ffwd.grammar.matcher import (
     special_tokens,
 )
 from ffwd.grammar.skeleton import Skeleton, derive
-from ffwd.templates.formats import get_format
-from ffwd.templates.render import normalize_tools
+from ffwd.templates.formats import ToolFormat, as_format
 from ffwd.templates.rows import tool_choice_name
+from ffwd.templates.tools import normalize_tools
 
 CACHE_ENTRIES = 64
 
@@ -44,11 +44,12 @@ class RequestGrammars:
     """Builds, validates and caches the grammars of one model's requests."""
 
     def __init__(
-        self, tokenizer: Any, template: str, fmt: str, vocab_size: int, eos_ids: Iterable[int]
+        self, tokenizer: Any, template: str, fmt: ToolFormat | str | None, vocab_size: int,
+        eos_ids: Iterable[int],
     ) -> None:
         self.tokenizer = tokenizer
         self.template = template
-        self.format = get_format(fmt)
+        self.format = as_format(fmt) if fmt is not None else None  # None: no tool calls
         self.eos_ids = tuple(sorted({int(i) for i in eos_ids}))
         self.lltok = grammar_tokenizer(tokenizer, vocab_size, self.eos_ids)
         self.markup = Markup(special_tokens(tokenizer, self.lltok))
@@ -58,6 +59,8 @@ class RequestGrammars:
 
     @property
     def skeleton(self) -> Skeleton:
+        if self.format is None:
+            raise GrammarError("this model takes no tool calls", "tools")
         if self._skeleton is None:
             eos_texts = [self.tokenizer.decode([i]) for i in self.eos_ids]
             self._skeleton = derive(self.template, self.format, eos_texts, self.tokenizer)
@@ -109,8 +112,10 @@ class RequestGrammars:
         if choice == "none":
             assert content is not None
             return content_grammar(content)
-        marker = self.format.open_marker
-        return tool_grammar(self.skeleton, tools, choice, parallel, self.markup, marker, content)
+        skeleton = self.skeleton  # a GrammarError where the model takes no tool calls
+        assert self.format is not None
+        return tool_grammar(skeleton, tools, choice, parallel, self.markup,
+                            self.format.open_marker, content)
 
     def _compile(self, tools: Sequence[Mapping[str, Any]], choice: str, parallel: bool,
                  content: str | None) -> Grammar:

@@ -11,6 +11,12 @@ and the rows agree on every byte of markup:
              tail '}\\n</tool_call>'  between '\\n<tool_call>\\n{"name": "'  end ''
     mistral  lead '[TOOL_CALLS][{"name": "'  tail '}'  between ', {"name": "'  end ']'
 
+Where the arguments are key/value markup (``arguments == "pairs"``), `Pairs`
+is cut out of a rendering of one argument of every JSON type: the markup
+before a key, between a key and its value (by type: DSML writes whether a
+value is a string), after a value, and how the template writes ``True``,
+``False`` and ``None``.
+
 The turn's end (an EOS or turn-end token) is not part of the skeleton: once
 the grammar is complete, ending the turn is the model's choice among the EOS
 ids the mask allows.
@@ -18,55 +24,63 @@ ids the mask allows.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from ffwd.fill.prefix import common_prefix
 from ffwd.templates.formats import ToolFormat
 from ffwd.templates.render import render_chat
+from ffwd.templates.turns import turn_start
 
 SENTINEL = "ffwd_sentinel_tool"
 USER = {"role": "user", "content": "Hi"}
+# One argument of every JSON type, in the order of their names (a template may sort them).
+TYPED: dict[str, tuple[str, Any]] = {
+    "a_s": ("string", "Vx"), "b_i": ("integer", 7), "c_n": ("number", 1.5),
+    "d_b": ("boolean", True), "e_z": ("null", None), "f_a": ("array", [7]),
+    "g_o": ("object", {"k": 7}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Pairs:
+    open: str  # before a key
+    between: Mapping[str, str]  # from a key to its value, by the value's JSON type
+    close: str  # after a value
+    words: Mapping[str, str]  # how "true", "false" and "null" are written
 
 
 @dataclass(frozen=True, slots=True)
 class Skeleton:
     lead: str  # from the start of the turn to the first name
-    mid: str  # from a name to its arguments (JSON: the object; XML: the parameters)
+    mid: str  # from a name to its arguments (JSON: the object; pairs: the first pair)
     tail: str  # from the end of the arguments to the end of the call
     between: str | None  # from the end of one call to the next name; None: one call a turn
     end: str  # after the last call, before the end of the turn
-    json_args: bool  # arguments are one JSON object (else XML parameters)
+    pairs: Pairs | None = None  # None: the arguments are one JSON object
 
 
 def derive(
     template: str, fmt: ToolFormat, eos_texts: Iterable[str], tokenizer: Any = None
 ) -> Skeleton:
     """Cut the skeleton out of renderings of a sentinel call (see the module docstring)."""
-    params = {"type": "object", "properties": {}}
-    tool = {"type": "function", "function": {"name": SENTINEL, "parameters": params}}
-    call = {"type": "function", "function": {"name": SENTINEL, "arguments": {}}}
+    eos_texts = list(eos_texts)
 
-    def turn(calls: int) -> str:
+    def turn(calls: int, args: Mapping[str, Any] | None = None) -> str:
+        call = {"type": "function", "function": {"name": SENTINEL, "arguments": args or {}}}
         answer = {"role": "assistant", "content": None, "tool_calls": [call] * calls}
-        return render_chat(template, [USER, answer], [tool], False, tokenizer=tokenizer)
+        return render_chat(template, [USER, answer], [_tool(args)], False, tokenizer=tokenizer)
 
-    prompt = render_chat(template, [USER], [tool], tokenizer=tokenizer)
+    prompt = render_chat(template, [USER], [_tool(None)], tokenizer=tokenizer)
     single = turn(1)
-    if not single.startswith(prompt):
-        raise ValueError(
-            "the chat template renders the generation prompt differently from the start of "
-            "an assistant turn"
-        )
-    a0 = len(prompt)
+    a0 = turn_start(prompt, single)
     lay = fmt.locate(single, a0, SENTINEL, {})
     if lay is None:
         raise ValueError(f"the chat template's tool call does not look like the {fmt.name} format")
-    json_args = single[lay.close] == "}"
-    # JSON: `close` is the "}" of the arguments object; XML: the "/" of "</function>".
-    args_end = lay.close + 1 if json_args else lay.close - 1
-    args_start = lay.close - 1 if json_args else args_end
+    args_end = lay.args_end
+    args_start = lay.close - 1 if fmt.arguments == "json" else args_end
     lead, mid = single[a0 : lay.name[0]], single[lay.name[1] : args_start]
     after = _cut_at_turn_end(single[args_end:], eos_texts)
     between = None
@@ -78,7 +92,40 @@ def derive(
         tail, end, between = after[:n], after[n:], other[n:]
     else:
         tail, end = after, ""
-    return Skeleton(lead, mid, tail, between, end, json_args)
+    pairs = _pairs(fmt, turn, a0, mid) if fmt.arguments == "pairs" else None
+    return Skeleton(lead, mid, tail, between, end, pairs)
+
+
+def _tool(args: Mapping[str, Any] | None) -> dict[str, Any]:
+    props = {k: {"type": TYPED[k][0]} for k in args or {}}
+    params = {"type": "object", "properties": props}
+    return {"type": "function", "function": {"name": SENTINEL, "parameters": params}}
+
+
+def _pairs(fmt: ToolFormat, turn: Any, a0: int, mid: str) -> Pairs:
+    """The markup of one pair, from a rendering of every type's sentinel value (and
+    one of ``False``)."""
+    args = {k: v for k, (_, v) in TYPED.items()}
+    text = turn(1, args)
+    lay = fmt.locate(text, a0, SENTINEL, args)
+    falsy = turn(1, {"d_b": False})
+    lay_f = fmt.locate(falsy, a0, SENTINEL, {"d_b": False})
+    if lay is None or lay_f is None:
+        raise ValueError(f"the chat template's arguments do not look like the {fmt.name} format")
+    spans = lay.args
+    first = text[lay.name[1] : spans[0].key_span[0]]
+    if not first.startswith(mid):
+        raise ValueError("the chat template writes the first argument's markup apart")
+    opening = first[len(mid):]
+    gaps = [text[a.value_span[1] : b.key_span[0]] for a, b in pairwise(spans)]
+    closing = text[spans[-1].value_span[1] : lay.args_end]
+    if any(g != closing + opening for g in gaps):
+        raise ValueError("the chat template writes the markup between arguments apart")
+    between = {TYPED[a.key][0]: text[a.key_span[1] : a.value_span[0]] for a in spans}
+    value = {a.key: text[slice(*a.value_span)] for a in spans}
+    false = falsy[slice(*lay_f.args[0].value_span)]
+    return Pairs(opening, between, closing,
+                 {"true": value["d_b"], "false": false, "null": value["e_z"]})
 
 
 def _try(turn: Any, calls: int) -> str | None:
@@ -96,4 +143,3 @@ def _cut_at_turn_end(text: str, eos_texts: Iterable[str]) -> str:
         if 0 <= i < cut:
             cut = i
     return text[:cut]
-

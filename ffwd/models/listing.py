@@ -64,20 +64,18 @@ def describe(found: Found) -> Listed:
 def template_traits(template: str | None) -> tuple[str, bool | None]:
     """(the tool-call format `template` writes, or "-"; whether it reasons, None without a
     template). The one place `ffwd models` asks this."""
-    from ffwd.templates.formats import detect_format
+    from ffwd.templates.formats import recognize
 
     if template is None:
         return "-", None
-    try:
-        fmt = detect_format(template)
-    except ValueError:
-        fmt = "-"
+    found = recognize(template)
+    fmt = found.format.name if found.format is not None else "-"
     return fmt, "<think>" in template or "reasoning_content" in template
 
 
 def _chosen(templates: dict[str, str]) -> str | None:
     """The template ffwd renders with, by the rule it renders by (``tool_use`` first)."""
-    from ffwd.templates.render import model_template
+    from ffwd.templates.choose import model_template
 
     return model_template(SimpleNamespace(chat_template=templates)) if templates else None
 

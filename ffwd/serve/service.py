@@ -43,9 +43,11 @@ from ffwd.fill.spans import SharedAcceptance
 from ffwd.grammar import Grammar, GrammarError, RequestGrammars
 from ffwd.serve.errors import bad_request
 from ffwd.serve.request import GenerationRequest
-from ffwd.templates import formats
-from ffwd.templates.render import encode_chat, normalize_tools, resolve_template
+from ffwd.templates.choose import resolve_template
+from ffwd.templates.formats import ToolFormat
+from ffwd.templates.render import encode_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from ffwd.templates.tools import normalize_tools
 
 if TYPE_CHECKING:
     from ffwd.models import ModelRef
@@ -80,6 +82,7 @@ class ModelService:
         fill: FillConfig,
         *,
         tool_format: str | None = None,
+        chat_template: str | None = None,
         context_window: int | None = None,
         prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
         limits: TokenLimits | None = None,
@@ -89,8 +92,10 @@ class ModelService:
         self.tokenizer = tokenizer
         self.model_id = model_id
         self.fill = fill
-        self.template, self.format_name = resolve_template(tokenizer, tool_format)
-        self.format = formats.get_format(self.format_name)
+        resolved = resolve_template(tokenizer, tool_format, chat_template)
+        self.template, self.format, self.format_note = (
+            resolved.template, resolved.format, resolved.note)
+        self.format_name = resolved.format_name
         self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
         self.context_window = context_window or backend.context_window
         # Saved states need a checkpointable cache; without one only the live cache is reused.
@@ -98,7 +103,7 @@ class ModelService:
         self._compile_cache: OrderedDict[str, CompiledTools] = OrderedDict()
         self._compile_lock = threading.Lock()
         self.grammars, self.grammar_unavailable = _request_grammars(
-            tokenizer, self.template, self.format_name, backend.vocab_size, self.eos_ids
+            tokenizer, self.template, self.format, backend.vocab_size, self.eos_ids
         )
         # Earlier requests (prompt and output), per tenant: a model's own, forgotten with it.
         self.recall = RecallIndex(RecallConfig(
@@ -138,7 +143,7 @@ class ModelService:
             fill = replace(fill, mode="strict")
         compiled = self._compiled(shown, choice, req) if shown and fill.strict_rows else None
         calls = ToolCalls(
-            self.format, shown, compiled.rules if compiled is not None else {},
+            self._format(), shown, compiled.rules if compiled is not None else {},
             max_calls=None if req.parallel_tool_calls else 1) if shown else None
         max_tokens, cap = self._max_tokens(req, len(ids))
         prepared = Prepared(
@@ -155,6 +160,10 @@ class ModelService:
     def count_tokens(self, req: GenerationRequest) -> int:
         return len(self._encode(req, self._shown_tools(req)))
 
+    def _format(self) -> ToolFormat:
+        assert self.format is not None  # a model without one takes no tools (_shown_tools)
+        return self.format
+
     def _shown_tools(self, req: GenerationRequest) -> list[dict[str, Any]]:
         """The request's tools as the template and the grammar read them; none under
         ``tool_choice: none`` (they are still checked)."""
@@ -163,6 +172,9 @@ class ModelService:
         except ValueError as exc:
             raise bad_request(f"invalid tools: {exc}", param=req.param("tools"),
                               code="invalid_tools") from None
+        if tools and self.format is None:
+            raise bad_request(f"this model takes no tools: {self.format_note}",
+                              param=req.param("tools"), code="invalid_tools")
         return tools if req.tool_choice != "none" else []
 
     def _encode(self, req: GenerationRequest, tools: list[dict[str, Any]]) -> list[int]:
@@ -212,7 +224,7 @@ class ModelService:
                 return hit
         try:
             compiled = compile_tools(
-                self.tokenizer, self.template, tools, choice, self.eos_ids, fmt=self.format_name
+                self.tokenizer, self.template, tools, choice, self.eos_ids, fmt=self.format
             )
         except ValueError as exc:
             raise bad_request(f"invalid tools: {exc}", param=req.param("tools")) from None
@@ -289,6 +301,7 @@ def load_service(
     fill: FillConfig,
     *,
     tool_format: str | None = None,
+    chat_template: str | None = None,
     prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
     limits: TokenLimits | None = None,
     on_step: Callable[[str], None] | None = None,
@@ -311,7 +324,7 @@ def load_service(
     backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
     step("weights")
     service = ModelService(
-        backend, tokenizer, ref.name, fill, tool_format=tool_format,
+        backend, tokenizer, ref.name, fill, tool_format=tool_format, chat_template=chat_template,
         prompt_cache_bytes=prompt_cache_bytes, limits=limits,
     )
     step("service")
@@ -323,7 +336,8 @@ def load_service(
 
 
 def _request_grammars(
-    tokenizer: Any, template: str, fmt: str, vocab_size: int, eos_ids: Sequence[int]
+    tokenizer: Any, template: str, fmt: ToolFormat | None, vocab_size: int,
+    eos_ids: Sequence[int],
 ) -> tuple[RequestGrammars | None, str]:
     """The model's grammar builder, or None and why (llguidance needs a fast tokenizer)."""
     try:

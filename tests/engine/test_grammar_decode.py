@@ -20,8 +20,9 @@ from ffwd.fill import FillPlan, FillSession, Proposal
 from ffwd.fill.spans import SpanChoice
 from ffwd.grammar import RequestGrammars
 from ffwd.models import load_tokenizer
+from ffwd.templates.choose import resolve_template
 from ffwd.templates.formats import FORMATS, get_format
-from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from tests.engine.tiny_models import tiny_backend
 
@@ -48,7 +49,8 @@ USER = [{"role": "user", "content": "Turn eco mode on, label it home."}]
 @cache
 def setup(fmt: str) -> tuple[Any, list[int], RequestGrammars, CompiledTools]:
     tok = load_tokenizer("default")
-    template, name = resolve_template(tok, fmt)
+    resolved = resolve_template(tok, fmt)
+    template, name = resolved.template, resolved.format_name
     eos = default_eos_ids(tok)
     # A random model needs no system prompt listing the tools: a short prompt is cheaper.
     prompt = tok.encode(render_chat(template, USER, tokenizer=tok), add_special_tokens=False)

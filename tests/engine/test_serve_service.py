@@ -19,7 +19,7 @@ from ffwd.fill import read_trace
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.chat import parse_chat
 from ffwd.serve.service import ModelService
-from ffwd.templates.render import encode_prompt
+from ffwd.templates.choose import encode_prompt
 from tests.engine.tiny_service import tiny_service, tokenizer
 
 URL = "/v1/chat/completions"

@@ -21,7 +21,8 @@ from ffwd.engine.llama.context import LlamaContext
 from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan, read_trace
 from ffwd.models import check_vocab, load_backend, load_tokenizer
-from ffwd.templates.render import encode_prompt, render_chat, resolve_template
+from ffwd.templates.choose import encode_prompt, resolve_template
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import compile_tools, default_eos_ids
 
 pytestmark = pytest.mark.slow
@@ -163,7 +164,8 @@ def test_ffwd_generate_writes_its_trace(tmp_path: Any,
 def test_forced_hermes_call_with_strict_rows_parses(
     tool_choice: Any, tmp_path: Any, tokenizer: Any, backend: Any
 ) -> None:
-    template, fmt = resolve_template(tokenizer, "hermes")
+    resolved = resolve_template(tokenizer, "hermes")
+    template, fmt = resolved.template, resolved.format_name
     assert fmt == "hermes"
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
     text = render_chat(template, messages, tools=TOOLS, add_generation_prompt=True,

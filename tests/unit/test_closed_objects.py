@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ffwd.grammar import GrammarConstraint, RequestGrammars
-from ffwd.templates.render import resolve_template
+from ffwd.templates.choose import resolve_template
 from ffwd.templates.rows import default_eos_ids
 from tests.unit._tokenizers import tokenizer
 
@@ -48,7 +48,8 @@ SCHEMAS = _object(VALUES)
 @cache
 def grammars() -> RequestGrammars:
     tok = tokenizer("default")
-    template, name = resolve_template(tok, "hermes")
+    resolved = resolve_template(tok, "hermes")
+    template, name = resolved.template, resolved.format_name
     return RequestGrammars(tok, template, name, len(tok), default_eos_ids(tok))
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from ffwd.models import ModelNotFound, gguf_meta, load_tokenizer, resolve_model
 from ffwd.models.ggufmeta import split_parts
-from ffwd.templates.render import model_template
+from ffwd.templates.choose import model_template
 from tests.model_places import TOOL_USE, Home, embedded_gguf, write_split
 
 EMBEDDED = embedded_gguf()

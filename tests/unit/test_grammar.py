@@ -3,8 +3,6 @@ the mask and the forced tokens, checked against whole template renderings."""
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import json
 from functools import cache
 from typing import Any
@@ -17,9 +15,11 @@ from hypothesis import strategies as st
 from ffwd.bench.replay import assistant_ids, in_schema_order
 from ffwd.bench.workloads.bfcl import load_entries
 from ffwd.grammar import GrammarError, RequestGrammars
-from ffwd.templates.formats import FORMATS, get_format
-from ffwd.templates.render import normalize_tools, render_chat, resolve_template
+from ffwd.templates.formats import get_format
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import default_eos_ids
+from ffwd.templates.tools import normalize_tools
+from tests.unit._collection import template_for, written_formats
 from tests.unit._tokenizers import tokenizer
 
 STR = {"type": "string"}
@@ -43,20 +43,20 @@ TIME = {
 }
 TOOLS = [WEATHER, TIME]
 USER = [{"role": "user", "content": "Weather in Oslo?"}]
+FORMATS = written_formats()
 
 
 @cache
 def grammars(fmt: str) -> RequestGrammars:
     tok = tokenizer("default")
-    template, name = resolve_template(tok, fmt)
-    return RequestGrammars(tok, template, name, len(tok), default_eos_ids(tok))
+    return RequestGrammars(tok, template_for(fmt), fmt, len(tok), default_eos_ids(tok))
 
 
 def turn_ids(fmt: str, tools: list[dict[str, Any]], calls: list[tuple[str, Any]],
              content: str | None = None, messages: list[dict[str, Any]] = USER) -> list[int]:
     """The ids a model writes for this assistant turn (rendered whole), through EOS."""
     tok = tokenizer("default")
-    template, _ = resolve_template(tok, fmt)
+    template = template_for(fmt)
     answer = {
         "role": "assistant",
         "content": content,
@@ -241,14 +241,6 @@ def test_the_mask_lets_only_grammar_ids_through_and_follows_rollbacks() -> None:
     assert constraint.position == len(forced)
     again = constraint.mask(logits, forced[:1])
     assert constraint.position == 1 and int(again.argmax()) == forced[1]
-
-
-@pytest.mark.parametrize(
-    "module", ["ffwd.grammar.lark", "ffwd.grammar.build", "tools.grammar_overhead"]
-)
-def test_docstring_examples_hold(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_the_end_of_turn_follows_a_complete_grammar() -> None:

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
+from ffwd.templates.builtin import builtin_template
+from ffwd.templates.choose import resolve_template
 from ffwd.templates.formats import FORMATS, get_format
-from ffwd.templates.render import builtin_template, normalize_tools, render_chat, resolve_template
+from ffwd.templates.render import render_chat
+from ffwd.templates.tools import normalize_tools
 from tests.unit._tokenizers import tokenizer
 
 WEATHER = {
@@ -106,7 +109,10 @@ def test_bad_tools_name_the_tool_and_the_problem(tools: Any, message: str) -> No
 # --- render_chat -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+BUILTIN = [f for f in FORMATS if get_format(f).builtin is not None]
+
+
+@pytest.mark.parametrize("fmt", BUILTIN)
 def test_arguments_as_json_text_or_dict_render_the_same(fmt: str) -> None:
     tpl = get_format(fmt).builtin_template
     as_text = render_chat(tpl, [USER, call('{"city": "Paris"}')], [WEATHER])
@@ -191,34 +197,49 @@ class FakeTokenizer:
 
 
 def test_smollm2_gets_the_hermes_builtin() -> None:
-    template, fmt = resolve_template(tokenizer("default"))
-    assert fmt == "hermes"
-    assert template == builtin_template("hermes")
+    resolved = resolve_template(tokenizer("default"))
+    assert resolved.format_name == "hermes"
+    assert resolved.template == builtin_template("hermes")
     assert "tools" not in (tokenizer("default").chat_template or ""), (
         "its own template has no tools"
     )
 
 
 def test_gemma_base_gets_hermes_calls_in_gemma_turns() -> None:
-    template, fmt = resolve_template(tokenizer("gemma3"))
-    assert fmt == "hermes"
-    text = render_chat(template, [USER], [WEATHER], tokenizer=tokenizer("gemma3"))
+    resolved = resolve_template(tokenizer("gemma3"))
+    assert resolved.format_name == "hermes"
+    text = render_chat(resolved.template, [USER], [WEATHER], tokenizer=tokenizer("gemma3"))
     assert text.startswith("<bos><start_of_turn>user\n")
     assert text.endswith("<start_of_turn>model\n")
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("fmt", BUILTIN)
 def test_an_explicit_format_picks_its_builtin(fmt: str) -> None:
-    assert resolve_template(tokenizer("default"), fmt) == (builtin_template(fmt), fmt)
+    resolved = resolve_template(tokenizer("default"), fmt)
+    assert (resolved.template, resolved.format_name) == (builtin_template(fmt), fmt)
 
 
-def test_a_model_template_with_tools_is_used_and_detected() -> None:
-    own = "{% for t in tools %}{{ t | tojson }}{% endfor %}<tool_call>\n<function=...>"
-    assert resolve_template(FakeTokenizer(own)) == (own, "qwen_xml")
+def test_a_model_template_with_tools_is_used_and_recognised() -> None:
+    own = get_format("qwen_xml").builtin_template.replace("You are", "You, model, are")
+    resolved = resolve_template(FakeTokenizer(own))
+    assert (resolved.template, resolved.format_name) == (own, "qwen_xml")
+    assert "rendered from the chat template" in resolved.note
     # Asking for another format falls back to that format's builtin.
-    assert resolve_template(FakeTokenizer(own), "hermes")[1] == "hermes"
+    assert resolve_template(FakeTokenizer(own), "hermes").format_name == "hermes"
     plain = "{% for m in messages %}{{ m.content }}{% endfor %}"
-    assert resolve_template(FakeTokenizer(plain)) == (builtin_template("hermes"), "hermes")
+    resolved = resolve_template(FakeTokenizer(plain))
+    assert (resolved.template, resolved.format_name) == (builtin_template("hermes"), "hermes")
+
+
+def test_a_template_whose_calls_no_format_reads_serves_plain_chat() -> None:
+    own = ("{% for t in tools %}{{ t.function.name }}{% endfor %}{% for m in messages %}"
+           "{% for c in m.tool_calls or [] %}CALL {{ c.function.name }}!{% endfor %}"
+           "{{ m.content }}{% endfor %}")
+    resolved = resolve_template(FakeTokenizer(own))
+    assert resolved.format is None and resolved.template == own
+    assert "--tool-format" in resolved.note
+    # --chat-template stands for the model's own
+    assert resolve_template(tokenizer("default"), None, own).template == own
 
 
 def test_unknown_format_is_an_error() -> None:
@@ -226,10 +247,10 @@ def test_unknown_format_is_an_error() -> None:
         resolve_template(FakeTokenizer(None), "xml")
 
 
-def test_formats_do_not_import_the_renderer() -> None:
-    """The formats read builtin templates without the renderer (no import circle)."""
+def test_the_renderer_does_not_import_the_formats() -> None:
+    """The formats render templates to recognise them: the renderer is below them."""
     code = (
-        "import sys, ffwd.templates.formats as f; f.get_format('hermes').builtin_template; "
-        "assert 'ffwd.templates.render' not in sys.modules"
+        "import sys, ffwd.templates.render as r; r.render_chat('x', []); "
+        "assert 'ffwd.templates.formats' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

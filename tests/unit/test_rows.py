@@ -7,17 +7,16 @@ propose exactly the ids that follow, for all four formats on both tokenizers.
 
 from __future__ import annotations
 
-import doctest
-import importlib
 from typing import Any
 
 import pytest
 
-from ffwd.bench.replay import ReplayResult, replay_turn
+from ffwd.bench.replay import ReplayResult, assistant_ids, replay_turn
 from ffwd.fill import FillSession
-from ffwd.templates.formats import FORMATS
-from ffwd.templates.render import render_chat, resolve_template
+from ffwd.templates.formats import get_format
+from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from tests.unit._collection import template_for, written_formats
 from tests.unit._tokenizers import SPECS, tokenizer
 
 STR = {"type": "string"}
@@ -56,13 +55,25 @@ CALLS: list[tuple[str, dict[str, Any]]] = [
     ("book", {"nights": 1, "guest": {}}),
 ]
 USER = [{"role": "user", "content": "Help me."}]
-CASES = [(spec, fmt) for spec in SPECS for fmt in FORMATS]
+# Formats whose call ends where its arguments end: the model then writes another
+# call or ends the turn, so nothing after the name is determined markup.
+UNCLOSED = {"mistral_v11", "mistral_v11_ids"}
+# Formats whose calls carry an id or an index that differs by call (Kimi's "functions.f:0",
+# Solar's and Mistral's ids, Command-R's "tool_call_id"): a forced opening stops there.
+IDS = {"mistral_v11_ids", "kimi_k2", "kimi_k3", "solar", "command_r"}
+# Templates whose turn does not open the same way at the start of a conversation and
+# later (DeepSeek R1's first-call-only "<｜tool▁calls▁begin｜>", Apriel's reasoning):
+# nothing is forced before the first sample.
+OPEN_START = {"deepseek_r1", "apriel"}
+# Gemma's vocabulary reads "▁" as a space, so DeepSeek's markup ("<｜tool▁sep｜>") decodes
+# as text a model could write with spaces; DeepSeek's own vocabulary has it as one token.
+CASES = [(spec, fmt) for spec in SPECS for fmt in written_formats()
+         if not (spec == "gemma3" and "▁" in get_format(fmt).open_marker)]
 
 
 def setup(spec: str, fmt: str) -> tuple[Any, str, str]:
-    tok = tokenizer(spec)
-    template, name = resolve_template(tok, fmt)
-    return tok, template, name
+    """The tokenizer, and a template that writes `fmt` (its builtin, else a real one)."""
+    return tokenizer(spec), template_for(fmt), fmt
 
 
 def compiled(
@@ -102,13 +113,13 @@ def test_rows_agree_with_whole_renderings(spec: str, fmt: str, choice: str) -> N
     ct = compiled(spec, fmt, TOOLS, choice)
     result = replay(spec, fmt, ct, TOOLS, [answer([c]) for c in CALLS])
     assert result.mismatches == 0, result.examples
-    assert result.injected > result.tokens // 3
-    # After mistral's "}}" either "]" or ", {" follows, then EOS: nothing to close.
-    kinds = (
-        ("scaffold", "name", "key") if fmt == "mistral" else ("scaffold", "name", "key", "close")
-    )
-    for kind in kinds:
+    assert result.injected > result.tokens // 5
+    # Every format's names and keys are filled; what else depends on its markup (no
+    # scaffold where the name follows the marker, nothing to close after mistral's "}}").
+    for kind in ("name", "key"):
         assert result.by_kind[kind] > 0, kind
+    if fmt not in UNCLOSED:
+        assert result.by_kind["scaffold"] + result.by_kind["close"] + result.by_kind["turn-end"]
 
 
 @pytest.mark.parametrize(("spec", "fmt"), [c for c in CASES if c[1] != "llama3_json"])
@@ -117,7 +128,10 @@ def test_two_calls_and_content_in_one_turn(spec: str, fmt: str) -> None:
     turns = [answer(CALLS[:2]), answer([CALLS[7], CALLS[4]], "Let me check.")]
     result = replay(spec, fmt, ct, TOOLS, turns)
     assert result.mismatches == 0, result.examples
-    assert result.by_kind["scaffold"] > 0
+    if fmt in UNCLOSED & IDS:  # ids and what follows the arguments are the model's own
+        assert result.by_kind["name"] > 0 and result.by_kind["key"] > 0
+    else:
+        assert result.injected > result.tokens // 5
 
 
 @pytest.mark.parametrize(("spec", "fmt"), CASES)
@@ -130,10 +144,19 @@ def test_a_single_tool_scaffold_carries_the_name_up_to_the_first_argument(
     assert scaffolds
     for row in scaffolds:
         text = decode(spec, row.emit)
-        assert "get_weather" in text
+        assert "get_weather" in text or fmt in IDS  # an id may come first (Solar)
         assert "city" not in text and "unit" not in text  # which argument comes first is open
     result = replay(spec, fmt, ct, weather, [answer([CALLS[0]])])
     assert result.mismatches == 0 and result.by_kind["name"] == 0
+
+
+def first_turn(spec: str, fmt: str, tools: list[dict[str, Any]], call: tuple[str, Any]
+               ) -> tuple[str, list[int]]:
+    """The template's whole rendering of a turn making `call`, and the ids it writes."""
+    tok, template, _ = setup(spec, fmt)
+    prompt = render_chat(template, USER, tools, tokenizer=tok)
+    whole = render_chat(template, [*USER, answer([call])], tools, False, tokenizer=tok)
+    return whole, assistant_ids(tok, prompt, whole, default_eos_ids(tok))
 
 
 @pytest.mark.parametrize(("spec", "fmt"), CASES)
@@ -141,16 +164,22 @@ def test_a_tool_without_arguments_is_filled_through_its_closing_markup(spec: str
     ping = [TOOLS[5]]
     tok, template, _ = setup(spec, fmt)
     ct = compiled(spec, fmt, ping, "required")
-    prompt_ids = tok.encode(
-        render_chat(template, USER, ping, tokenizer=tok), add_special_tokens=False
-    )
+    prompt = render_chat(template, USER, ping, tokenizer=tok)
+    prompt_ids = tok.encode(prompt, add_special_tokens=False)
     proposal = FillSession(ct.plan, prompt_ids, strict_context=ct.new_context()).start()
+    whole, truth = first_turn(spec, fmt, ping, ("ping", {}))
+    if fmt in OPEN_START:
+        assert proposal is None or list(proposal.ids) == truth[: len(proposal.ids)]
+        return
     assert proposal is not None
-    text = decode(spec, proposal.ids)
-    assert "ping" in text
-    # mistral: the call's last "}" merges with "]" or ", " (end of list or another call)
-    closing = {"qwen_xml": "</function>", "mistral": '"arguments": {'}.get(fmt, "{}}")
-    assert closing in text
+    # What the model would write, up to the end of the arguments (where the last id may
+    # merge with what follows: mistral's "}" with "]" or ", ") or to a per-call id.
+    assert list(proposal.ids) == truth[: len(proposal.ids)]
+    lay = get_format(fmt).locate(whole, len(prompt), "ping", {})
+    assert lay is not None
+    cut = min([lay.close - 1, *(s for s, _ in lay.varying if s >= lay.name[0])])
+    if fmt not in IDS:
+        assert whole[lay.name[0] : cut] in decode(spec, proposal.ids)
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -227,7 +256,10 @@ def test_forced_choices_fire_before_the_first_sample(spec: str, fmt: str) -> Non
     named = compiled(spec, fmt, TOOLS, {"type": "function", "function": {"name": "météo_du_jour"}})
     session = FillSession(named.plan, prompt_ids, strict_context=named.new_context())
     proposal = session.start()
-    assert proposal is not None and "météo_du_jour" in decode(spec, proposal.ids)
+    if fmt not in OPEN_START:
+        _, truth = first_turn(spec, fmt, TOOLS, CALLS[6])
+        assert proposal is not None and list(proposal.ids) == truth[: len(proposal.ids)]
+        assert fmt in IDS or "météo_du_jour" in decode(spec, proposal.ids)
     required = compiled(spec, fmt, TOOLS, "required")
     auto_result = replay(spec, fmt, auto, TOOLS, [answer([c]) for c in CALLS[:4]])
     forced_result = replay(spec, fmt, required, TOOLS, [answer([c]) for c in CALLS[:4]])
@@ -248,8 +280,8 @@ def test_tool_choice_none_compiles_no_rows_and_bad_choices_are_named() -> None:
 def test_delimiters_end_string_values_and_eos_is_never_injected(spec: str, fmt: str) -> None:
     ct = compiled(spec, fmt, TOOLS)
     assert ct.plan.delimiters
-    mark = "</" if fmt == "qwen_xml" else '"'
-    assert all(mark in decode(spec, [d]) for d in ct.plan.delimiters)
+    if get_format(fmt).arguments == "json":
+        assert all('"' in decode(spec, [d]) for d in ct.plan.delimiters)
     eos = set(ct.plan.eos)
     assert eos and not any(eos & set(r.emit) for r in ct.plan.rows)
     assert all(len(r.emit) >= 2 for r in ct.plan.rows)
@@ -281,25 +313,6 @@ def test_a_fast_tokenizer_is_required() -> None:
 
     with pytest.raises(ValueError, match="fast tokenizer"):
         compile_tools(Slow(), setup("default", "hermes")[1], TOOLS)
-
-
-@pytest.mark.parametrize(
-    "module",
-    [
-        "ffwd.templates.rows",
-        "ffwd.templates.rows.align",
-        "ffwd.templates.rows.sentinels",
-        "ffwd.templates.render",
-        "ffwd.templates.formats",
-        "ffwd.templates.formats.marker",
-        "ffwd.templates.formats.jsonlayout",
-        "ffwd.templates.formats.qwen_xml",
-        "ffwd.bench.workloads.bfcl",
-    ],
-)
-def test_docstring_examples_hold(module: str) -> None:
-    result = doctest.testmod(importlib.import_module(module))
-    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize("spec", SPECS)

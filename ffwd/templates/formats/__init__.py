@@ -1,18 +1,16 @@
-"""Tool-call formats: one module each, looked up by name.
+"""Tool-call formats: one module each, one line each in the registry below.
 
-``FORMATS`` maps ``hermes``, ``qwen_xml``, ``llama3_json`` and ``mistral`` to
-their `ToolFormat`. ``get_format(name)`` returns one (``ValueError`` naming
-the accepted names otherwise); ``detect_format(template_text)`` picks the
-format a chat template writes. Each format has ``open_marker``,
-``builtin_template``, ``new_parser(tools=None)`` (incremental: ``feed``,
-``finish``, ``calls``, ``held_back``, ``state``) and
-``new_context(tokenizer, rules)`` (a fresh per-request `StrictFillContext`;
-`ffwd.templates.rows.CompiledTools.new_context` supplies the rules).
+``FORMATS`` maps each format's name to its `ToolFormat` (parser, layout, how
+its arguments are written), in the order `recognize` tries them.
+``get_format(name)`` returns one (``ValueError`` naming the accepted names
+otherwise). ``recognize(template, tokenizer)`` renders a known assistant turn
+with tool calls through a chat template and returns the format that reads
+those calls back exactly, or one derived from the rendering, or None with
+the reason (`ffwd.templates.formats.recognize`).
 """
 
 from __future__ import annotations
 
-from ffwd.templates.formats import hermes, llama3_json, mistral, qwen_xml
 from ffwd.templates.formats.base import (
     ContentDelta,
     Delta,
@@ -23,49 +21,21 @@ from ffwd.templates.formats.base import (
     ToolFormat,
     ToolParser,
 )
-
-FORMATS: dict[str, ToolFormat] = {
-    f.name: f for f in (hermes.FORMAT, qwen_xml.FORMAT, llama3_json.FORMAT, mistral.FORMAT)
-}
-
-# Most specific first: qwen_xml templates also contain "<tool_call>".
-_DETECT_ORDER = ("qwen_xml", "mistral", "hermes", "llama3_json")
-
-
-def get_format(name: str) -> ToolFormat:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValueError(
-            f"tool-call format {name!r}: expected one of {', '.join(FORMATS)}"
-        ) from None
-
-
-def detect_format(template_text: str) -> str:
-    """The format whose markers the template writes.
-
-    >>> detect_format('{{ "<tool_call>\\\\n<function=" + name }}')
-    'qwen_xml'
-    """
-    for name in _DETECT_ORDER:
-        if any(sig in template_text for sig in FORMATS[name].signatures):
-            return name
-    raise ValueError(
-        "cannot tell which tool-call format this chat template writes; "
-        f"pass one explicitly (one of {', '.join(FORMATS)})"
-    )
-
+from ffwd.templates.formats.recognize import Recognized, recognize
+from ffwd.templates.formats.registry import FORMATS, as_format, get_format
 
 __all__ = [
     "FORMATS",
     "ContentDelta",
     "Delta",
     "ParseState",
+    "Recognized",
     "ToolCall",
     "ToolCallContext",
     "ToolCallDelta",
     "ToolFormat",
     "ToolParser",
-    "detect_format",
+    "as_format",
     "get_format",
+    "recognize",
 ]

@@ -117,13 +117,23 @@ class ArgLayout:
 
 @dataclass(frozen=True, slots=True)
 class CallLayout:
-    """One rendered call: the opening marker, the name, the arguments, and
-    `close`, the character that commits to the arguments being complete."""
+    """One rendered call: the opening marker, the name, the arguments,
+    `close`, the character that commits to the arguments being complete, and
+    `after`, where the arguments' text ends (JSON: after the closing brace;
+    pairs: where the call's closing markup starts), and `varying`, the spans
+    of its markup that differ from call to call (Kimi's call index, Mistral's
+    call id): no row reaches into them."""
 
     open: tuple[int, int]
     name: tuple[int, int]
     args: tuple[ArgLayout, ...]
     close: int
+    after: int = -1
+    varying: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def args_end(self) -> int:
+        return self.after if self.after >= 0 else self.close + 1
 
 
 Locate = Callable[[str, int, str, Mapping[str, Any]], "CallLayout | None"]
@@ -131,18 +141,27 @@ Locate = Callable[[str, int, str, Mapping[str, Any]], "CallLayout | None"]
 
 @dataclass(frozen=True)
 class ToolFormat:
-    """A tool-call format: markers, builtin template, parser and layout."""
+    """A tool-call format: its parser, its layout, how its arguments are written.
+
+    `arguments` tells the grammar how one call's arguments are written: ``json``
+    (one JSON object), ``pairs`` (key/value markup, values as text; the markup
+    is cut from the template's renderings) or a format's own (``gemma``).
+    `builtin` names a template shipped for models whose own has no tools;
+    `models` says which model families write the format."""
 
     name: str
-    open_marker: str  # "" means: a call is the whole message (llama3_json)
-    builtin: str  # file name in templates/builtin/ (without .jinja)
-    signatures: tuple[str, ...]  # substrings that identify the format in a template
+    open_marker: str  # what starts the calls; "" means: a call is the whole message
     parser: Callable[[Sequence[Mapping[str, Any]] | None], ToolParser]
     locate: Locate
+    arguments: str = "json"
     parallel: bool = True  # can one assistant message carry several calls?
+    builtin: str | None = None  # file name in templates/builtin/ (without .jinja)
+    models: str = ""
 
     @property
     def builtin_template(self) -> str:
+        if self.builtin is None:
+            raise ValueError(f"no builtin template writes the {self.name} format")
         return builtin_template(self.builtin)
 
     def new_parser(self, tools: Sequence[Mapping[str, Any]] | None = None) -> ToolParser:

@@ -15,7 +15,6 @@ parse is returned as content.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,8 @@ class JsonFraming:
     list_open: str = ""  # "[" when the objects form a list (mistral)
     list_close: str = ""
     separator: str = ""  # between objects of one wrapper: "," (mistral), ";" (llama3)
+    end: str = ""  # after the last object (or the list): Apriel's "</tool_calls>"
+    name_keys: tuple[str, ...] = ("name",)  # Command-R: "tool_name"
     args_keys: tuple[str, ...] = ("arguments", "parameters")
 
 
@@ -52,6 +53,7 @@ class JsonCallParser(MarkerParser):
         self.f = framing
         self.open_marker = framing.open
         self._tag = ""  # partial closing tag (hermes)
+        self._ending = False  # the list is closed: its closing tag follows
         super().__init__()
 
     def _reset_call(self) -> None:
@@ -83,6 +85,7 @@ class JsonCallParser(MarkerParser):
             self._role if self._in_str else "",
             self._scalar,
             self._tag,
+            self._ending,
             self._held,
             self._after_call,
             self._at_start and not self.f.open,
@@ -157,18 +160,8 @@ class JsonCallParser(MarkerParser):
         """After a call object: separator, list end or closing tag. Returns
         text to re-read as content when the framing ends early."""
         f = self.f
-        if f.close:
-            if not self._tag and c.isspace():
-                return None
-            if f.close.startswith(self._tag + c):
-                self._tag += c
-                if self._tag == f.close:
-                    self._close_wrapper()
-                    return ""
-                return None
-            rest = self._tag + c  # no closing tag: keep the call, read on as content
-            self._close_wrapper()
-            return rest
+        if f.close or self._ending or (f.end and not f.list_open and c != "{"):
+            return self._closing_tag(c, f.close or f.end)
         if c.isspace():
             return None
         if f.separator and c == f.separator:
@@ -176,14 +169,37 @@ class JsonCallParser(MarkerParser):
             self._mode = "list"
             return None
         if f.list_close and c == f.list_close:
+            if f.end:  # the list's own closing tag follows
+                self._ending = True
+                return None
             self._close_wrapper()
             return ""
+        if f.end and not f.list_open:  # another object of the section
+            self._raw = []
+            self._mode = "list"
+            return self._markup(c) or None
         self._close_wrapper()
         return c
+
+    def _closing_tag(self, c: str, tag: str) -> str | None:
+        """The framing's closing tag, whitespace allowed before it; without it the
+        call stands and what follows is content."""
+        if not self._tag and c.isspace():
+            return None
+        if tag.startswith(self._tag + c):
+            self._tag += c
+            if self._tag == tag:
+                self._close_wrapper()
+                return ""
+            return None
+        rest = self._tag + c  # no closing tag: keep the call, read on as content
+        self._close_wrapper()
+        return rest
 
     def _close_wrapper(self) -> None:
         super()._close_wrapper()
         self._tag = ""
+        self._ending = False
 
     # --- the call object, one character at a time -------------------------------
     def _object_char(self, c: str) -> None:
@@ -284,7 +300,7 @@ class JsonCallParser(MarkerParser):
         top = self._stack[-1]
         top.expect = "comma"
         top_key = top.key if len(self._stack) == 1 else None
-        if top_key == "name":
+        if top_key in self.f.name_keys:
             if c != '"' or self._name is not None:
                 self._fail()
                 return
@@ -343,7 +359,8 @@ class JsonCallParser(MarkerParser):
             obj = json.loads(raw[start:])
         except json.JSONDecodeError:
             obj = None
-        name = obj.get("name") if isinstance(obj, dict) else None
+        name = next((obj[k] for k in self.f.name_keys if isinstance(obj, dict) and k in obj),
+                    None)
         args_key = next((k for k in self.f.args_keys if isinstance(obj, dict) and k in obj), None)
         args: Any = obj.get(args_key, {}) if isinstance(obj, dict) and args_key else {}
         if isinstance(args, str):
@@ -381,10 +398,3 @@ def _value_text(obj_text: str, key: str | None) -> str:
         i += 1
     _, end = _DECODER.raw_decode(obj_text, i)
     return obj_text[i:end]
-
-
-def json_parser_factory(framing: JsonFraming) -> Any:
-    def make(tools: Sequence[Mapping[str, Any]] | None = None) -> JsonCallParser:
-        return JsonCallParser(framing)
-
-    return make

@@ -8,12 +8,16 @@ closing quote and the brace that closes the arguments.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from ffwd.templates.formats.base import ArgLayout, CallLayout
 
 _DECODER = json.JSONDecoder()
+
+
+_MEMBER = re.compile(r'":\s*"([^"]*)"')
 
 
 def locate_json_call(
@@ -40,6 +44,19 @@ def locate_json_call(
     a0 = text.find("{", ns + len(qname))
     if obj < 0 or ns < 0 or a0 < 0:
         return None
+    found = json_arguments(text, a0, args)
+    if found is None:
+        return None
+    layouts, a1 = found
+    # A string member before the name is the call's own (Command-R's "tool_call_id").
+    ids = tuple(m.span(1) for m in _MEMBER.finditer(text, obj, ns))
+    return CallLayout(opened, (ns + 1, ns + len(qname) - 1), layouts, a1 - 1, varying=ids)
+
+
+def json_arguments(
+    text: str, a0: int, args: Mapping[str, Any]
+) -> tuple[tuple[ArgLayout, ...], int] | None:
+    """The layout of the arguments object that starts at `a0`, and where it ends."""
     try:
         _, a1 = _DECODER.raw_decode(text, a0)
     except json.JSONDecodeError:
@@ -60,4 +77,4 @@ def locate_json_call(
         delimiter = ve - 1 if text[vs] == '"' else None
         layouts.append(ArgLayout(key, (ks + 1, ks + len(qkey) - 1), (vs, ve), lead, delimiter))
         cursor = ve
-    return CallLayout(opened, (ns + 1, ns + len(qname) - 1), tuple(layouts), a1 - 1)
+    return tuple(layouts), a1

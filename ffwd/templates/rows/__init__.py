@@ -36,15 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ffwd.fill import EchoConfig, FillPlan, FillRow
-from ffwd.templates.formats import ToolFormat, detect_format, get_format
+from ffwd.templates.formats import ToolFormat, as_format, recognize
 from ffwd.templates.formats.base import Rule, ToolCallContext
-from ffwd.templates.render import normalize_tools
 from ffwd.templates.rows.align import common, lcp
 from ffwd.templates.rows.closes import close_rows, delimiters, value_end_rows
 from ffwd.templates.rows.keys import key_rows
 from ffwd.templates.rows.openings import forced_rows, name_rows, scaffold_rows
 from ffwd.templates.rows.sentinels import Call, Renderer
 from ffwd.templates.rows.table import RowTable
+from ffwd.templates.tools import normalize_tools
 
 TURN_END_TOKENS = ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>")
 
@@ -69,13 +69,14 @@ def compile_tools(
     tools: Sequence[Mapping[str, Any]] | None,
     tool_choice: object = "auto",
     eos_ids: Iterable[int] = (),
-    fmt: str | None = None,
+    fmt: ToolFormat | str | None = None,
     echo: EchoConfig | None = None,
 ) -> CompiledTools:
     """Rows for `tools` under `tool_choice` (``auto``, ``none``, ``required``,
-    or ``{"type": "function", "function": {"name": ...}}``)."""
+    or ``{"type": "function", "function": {"name": ...}}``) in format `fmt` (the
+    template's own when None)."""
     normalized = normalize_tools(tools)
-    fmt_obj = get_format(fmt or detect_format(template))
+    fmt_obj = as_format(fmt) if fmt is not None else _recognized(template, tokenizer)
     eos = tuple(int(i) for i in eos_ids)
     choice = tool_choice_name(tool_choice, normalized)
     if choice == "none" or not normalized:
@@ -106,14 +107,21 @@ def _build(
     }
     shared = lcp(runs.values())  # what every tool's name run starts with
     if forced:
-        forced_rows(table, calls, shared, found.prompt_tail)
+        forced_rows(table, calls, shared, found.prompt_tail, renderer.encode)
     scaffold_rows(table, [calls[0], *found.extras], shared)
     name_rows(table, calls[0], runs, by_tool, len(shared))
     for cs in by_tool.values():
-        key_rows(table, cs)
+        key_rows(table, cs, renderer.encode)
     value_end_rows(table, calls)
     close_rows(table, [*calls, *found.probes])
     delimiters(table, [*calls, *found.probes])
+
+
+def _recognized(template: str, tokenizer: Any) -> ToolFormat:
+    found = recognize(template, tokenizer)
+    if found.format is None:
+        raise ValueError(f"no tool-call format: {found.how}")
+    return found.format
 
 
 def default_eos_ids(tokenizer: Any) -> tuple[int, ...]:

@@ -16,7 +16,8 @@ from ffwd.templates.rows.align import View, common
 from ffwd.templates.rows.sentinels import Call
 from ffwd.templates.rows.table import Point, RowTable
 
-Follow = tuple[Call, str, str, View]  # (call, tool, next key, view from after the value end)
+# (call, tool, next key, view from after the value end, where that key's name starts)
+Follow = tuple[Call, str, str, View, int]
 
 
 def value_end_rows(table: RowTable, calls: list[Call]) -> None:
@@ -40,7 +41,7 @@ def value_end_rows(table: RowTable, calls: list[Call]) -> None:
                 ends.setdefault(point, []).append(c.view(t + 1, nxt.lead))
                 key = c.r.text[slice(*nxt.key_span)]
                 view = c.view(t + 1, nxt.value_span[0])
-                follows.setdefault(point, []).append((c, tool, key, view))
+                follows.setdefault(point, []).append((c, tool, key, view, nxt.key_span[0]))
             else:
                 ends.setdefault(point, []).append(c.view(t + 1, c.lay.close))
                 lasts.setdefault((point, tool), []).append(c.run(t + 1))
@@ -60,20 +61,22 @@ def _next_parameter(
     over the end of the call -> that parameter's opening markup, or, when a
     single key is left, all of it up to the value."""
     branches: dict[int, list[Follow]] = {}
-    for c, tool, key, (r, i, cap, soft) in follows:
+    for f in follows:
+        r, i = f[3][0], f[3][1]
         if i + skip < len(r.ids):
-            branches.setdefault(r.ids[i + skip], []).append((c, tool, key, (r, i, cap, soft)))
+            branches.setdefault(r.ids[i + skip], []).append(f)
     for branch, members in branches.items():
-        c, _, _, (_, i, _, _) = members[0]
+        c, i = members[0][0], members[0][3][1]
         where = table.where(c, i + skip)
-        after = [(r, i + skip + 1, cap, soft) for _, _, _, (r, i, cap, soft) in members]
         by_key: dict[tuple[str, str], list[View]] = {}
-        for (_, tool, key, _), view in zip(members, after, strict=True):
-            by_key.setdefault((tool, key), []).append(view)
+        markup: list[View] = []  # up to the key's name: which key comes is open
+        for _, tool, key, (r, i, cap, soft), k0 in members:
+            by_key.setdefault((tool, key), []).append((r, i + skip + 1, cap, soft))
+            markup.append((r, i + skip + 1, min(cap, k0), soft))
         for (tool, key), views in by_key.items():
             rule = OnlyKeyLeft(where, tool, key, keys[tool] - {key})
             table.add([branch], common(views, table.eos), "key", rule)
-        table.add([branch], common(after, table.eos), "key", AtPosition(where))
+        table.add([branch], common(markup, table.eos), "key", AtPosition(where))
 
 
 def close_rows(table: RowTable, calls: list[Call]) -> None:

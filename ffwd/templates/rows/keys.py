@@ -8,15 +8,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ffwd.templates.formats.base import ArgLayout, KeySoFar, OnlyKeyLeft
-from ffwd.templates.rows.align import common
+from ffwd.templates.rows.align import common, lcp
 from ffwd.templates.rows.sentinels import Call
 from ffwd.templates.rows.table import RowTable
 
 Occurrence = tuple[Call, ArgLayout]
+# How values begin: letters, digits, signs, quotes, brackets, blanks, non-ASCII.
+VALUE_STARTS = ("a", "P", "0", "-", '"', "'", "[", "{", " ", "\n", "é", "t", "<")
 
 
-def key_rows(table: RowTable, calls: list[Call]) -> None:
+def key_rows(table: RowTable, calls: list[Call], encode: Callable[[str], list[int]]) -> None:
     """Rows for every key of the tool that `calls` (all of one tool) render."""
     c0 = calls[0]
     tool = c0.r.text[slice(*c0.lay.name)]
@@ -25,9 +29,8 @@ def key_rows(table: RowTable, calls: list[Call]) -> None:
         for arg in c.lay.args:
             occurrences.setdefault(arg.key, []).append((c, arg))
     raw = {k: occ[0][0].r.text[slice(*occ[0][1].key_span)] for k, occ in occurrences.items()}
-    runs = {
-        k: run for k, occ in occurrences.items() if (run := _key_run(table, occ)) is not None
-    }
+    runs = {k: run for k, occ in occurrences.items()
+            if (run := _key_run(table, occ, encode)) is not None}
     for key, run in runs.items():
         c, arg = occurrences[key][0]
         ks, ke = arg.key_span
@@ -72,7 +75,18 @@ def _only_key_left(
             table.add([point[0]], [*between, *run], "key", rule)
 
 
-def _key_run(table: RowTable, occurrences: list[Occurrence]) -> list[int] | None:
+def _before_any_value(run: list[int], markup: str, encode: Callable[[str], list[int]]
+                      ) -> list[int]:
+    """The part of `run` that stays the same whatever value follows the markup: its
+    last character may merge with the value (``|`` + ``>X`` before one, ``|>`` + ``P``
+    before another)."""
+    for start in VALUE_STARTS:
+        run = lcp([run, encode(markup + start)])
+    return run
+
+
+def _key_run(table: RowTable, occurrences: list[Occurrence],
+             encode: Callable[[str], list[int]]) -> list[int] | None:
     """The ids every rendering of a key shares, from its first token on, or
     None when the key does not start on a token boundary everywhere."""
     tails = []
@@ -83,5 +97,6 @@ def _key_run(table: RowTable, occurrences: list[Occurrence]) -> list[int] | None
         tails.append(c.run(i))
     run = common(tails, table.eos)
     c, arg = occurrences[0]
+    run = _before_any_value(run, c.r.text[arg.key_span[0] : arg.value_span[0]], encode)
     width = c.r.tok(arg.key_span[1] - 1) - c.r.tok(arg.key_span[0]) + 1
     return run if len(run) >= width else None

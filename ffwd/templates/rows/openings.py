@@ -10,24 +10,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ffwd.templates.formats.base import AtPosition, NameSoFar
-from ffwd.templates.rows.align import unique_prefixes
+from ffwd.templates.rows.align import lcp, unique_prefixes
 from ffwd.templates.rows.sentinels import Call
 from ffwd.templates.rows.table import RowTable
 
 ANCHOR = 2  # tokens before a name that anchor its rows
 
 
-def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: list[int]) -> None:
+def forced_rows(table: RowTable, calls: list[Call], shared: list[int], tail: list[int],
+                encode: Callable[[str], list[int]]) -> None:
     """A forced call: the prompt's last ids `tail` trigger the turn's opening run.
 
-    Generation starts a fresh token after the prompt, so the run comes from
-    turns that start on a token boundary; where the template's own prompt
-    merges into the turn (``[/INST][TOOL_CALLS]``), turns after a special
-    token show how the turn tokenizes on its own."""
-    heads = {tuple(c.r.ids[c.r.tok(c.a0) : c.r.tok(c.lay.name[0])]) for c in calls if c.clean}
+    Generation starts a fresh token after the prompt, so the opening markup is
+    the turn's text up to the name's first token, tokenized on its own (where
+    the prompt merges into the turn, ``[/INST][TOOL_CALLS]``, a whole rendering
+    would show it merged), then the ids all names share. It fires only where
+    nothing is written yet: the tail's ids may recur inside a call."""
+    heads = {_head(c) for c in calls}
+    fresh = AtPosition(table.fmt.new_parser().state.where)
     if len(heads) == 1:
-        table.add(tail, [*heads.pop(), *shared], "scaffold", None)
+        head, to_name = heads.pop()
+        table.add(tail, [*encode(head), *(shared if to_name else [])], "scaffold", fresh)
+    else:  # what all openings share, before the last id (it may merge with what differs)
+        table.add(tail, lcp([encode(h) for h, _ in heads])[:-1], "scaffold", fresh)
+
+
+def _head(c: Call) -> tuple[str, bool]:
+    """The turn's text up to its first call's name (and whether it gets there), or
+    up to markup that varies by call (Solar's call id) when that comes first."""
+    name = c.r.starts[c.r.tok(c.lay.name[0])]
+    cut = min([name, *(s for s, _ in c.lay.varying if s >= c.a0)])
+    return c.r.text[c.a0 : cut], cut == name
 
 
 def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -> None:
@@ -37,7 +53,10 @@ def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -
         first, last = r.tok(c.lay.open[0]), r.tok(c.lay.open[1] - 1)
         if r.starts[first] < c.lay.open[0] and first < last:
             first += 1  # merged with what precedes the marker: not part of the trigger
-        emit = [*r.ids[last + 1 : r.tok(c.lay.name[0])], *shared]
+        name = r.tok(c.lay.name[0])
+        # Never into markup that varies by call (Solar's id before the name).
+        stop = min([name, *(r.tok(s) for s, _ in c.lay.varying if s >= c.lay.open[1])])
+        emit = [*r.ids[last + 1 : stop], *(shared if stop == name else [])]
         table.add(r.ids[first : last + 1], emit, "scaffold", AtPosition(table.where(c, last)))
 
 

@@ -21,6 +21,7 @@ from ffwd.templates.formats import ToolFormat
 from ffwd.templates.formats.base import CallLayout
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows.align import Text, View, lcp
+from ffwd.templates.turns import turn_start
 
 SLOTS = 2  # sentinel values per type; every key meets each of them
 ENUM_MAX = 8  # enums up to this size are rendered value by value
@@ -122,14 +123,23 @@ class Call:
 
     @property
     def body(self) -> list[int]:
-        """The ids from its name to the one that closes its arguments."""
-        return list(self.r.ids[self.r.tok(self.lay.name[0]) : self.r.tok(self.lay.close) + 1])
+        """The ids from its name to the one that closes its arguments (but those of
+        markup that varies from call to call)."""
+        r, varying = self.r, self.lay.varying
+        span = range(r.tok(self.lay.name[0]), r.tok(self.lay.close) + 1)
+        return [r.ids[i] for i in span
+                if not any(r.starts[i] < e and r.ends[i] > s for s, e in varying)]
 
     def run(self, i: int) -> View:
-        """From token `i` to where the call's determined markup must end."""
-        return self.view(i, min(self.more, self.end))
+        """From token `i` to where the call's determined markup must end: before
+        the last character "another call" and "end of turn" share, which may merge
+        with either (``}}`` beside ``}},``)."""
+        return self.view(i, min(self.more - 1, self.end))
 
     def view(self, i: int, cap: float) -> View:
+        """From token `i` up to `cap`, and never into markup that varies by call."""
+        at = self.r.starts[i] if i < len(self.r.starts) else float("inf")
+        cap = min([cap, *(s for s, _ in self.lay.varying if s >= at)])
         return self.r, i, cap, cap >= self.end and not self.last
 
 
@@ -160,6 +170,9 @@ class Renderer:
         self.backend = backend
         self.template = template
         self.fmt = fmt
+
+    def encode(self, text: str) -> list[int]:
+        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
 
     def render(
         self, conversations: Sequence[list[dict[str, Any]]], tool: Mapping[str, Any]
@@ -195,29 +208,35 @@ class Renderer:
         call0 = (name0, variants(first["function"]["parameters"])[0])
         prompt = render_chat(self.template, [USER], [first], tokenizer=self.tokenizer)
         head_r, *extra_r = self._render_extras(first, call0)
-        if not head_r.text.startswith(prompt):
-            raise ValueError(
-                "the chat template renders the generation prompt differently from the start of "
-                "an assistant turn; strict rows cannot be aligned"
-            )
-        a0 = len(prompt)
+        a0 = turn_start(prompt, head_r.text)
         head = self.locate(head_r, [call0], a0)[0]
         pre = head_r.text[a0 : head.open[0]]  # what a turn writes before its first marker
         turn_len = len(head_r.text) - head.close
         # A turn that another turn follows may end in a token merged with the next
         # one: there, the turn's last token (as the lone rendering has it) is unknown.
         inner_len = head_r.starts[head_r.tok(len(head_r.text) - 1)] - head.close
-        delta = _close_delta(head_r.text, head, extra_r)
+        delta = _close_delta(head_r, head, extra_r)
+
+        tail = head_r.text[head.close :]
 
         def call(r: Text, name: str, lay: CallLayout, start: int, last: bool = True) -> Call:
             more = lay.close + delta if delta is not None else float("inf")
-            end = lay.close + (turn_len if last else inner_len)
+            # An earlier turn may end otherwise than the last one does (Nemotron's
+            # "</TOOLCALL>\n<SPECIAL_12>\n"): from the last character they share (it
+            # may merge with what follows), it has no say.
+            here = r.text[lay.close : lay.close + turn_len]
+            shared = _shared(tail, here)
+            inner = inner_len if shared == len(tail) else min(inner_len, shared - 1)
+            end = lay.close + (turn_len if last else inner)
             return Call(r, name, lay, start, more, end, last)
 
-        extras = []
+        extras: list[Call] = []
         for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
-            for lay in self.locate(r, calls, a0):
-                extras.append(call(r, name0, lay, a0))
+            try:
+                lays = self.locate(r, calls, a0)
+            except ValueError:
+                continue  # a template may drop calls beside content (DeepSeek R1's)
+            extras.extend(call(r, name0, lay, a0) for lay in lays)
         jobs = [(t["function"]["name"], args) for round_ in _rounds(tools) for t, args in round_]
         # One-key calls whose values end in every common way: how a value's end
         # merges with the closing markup does not depend on the tool.
@@ -300,17 +319,18 @@ def _extra_specs(call0: Job) -> list[tuple[list[Job], str | None]]:
     return [([call0, call0], None), ([call0], CONTENT)]
 
 
-def _close_delta(single: str, head: CallLayout, extras: list[Text]) -> int | None:
-    """Characters from the closing commit to where "another call" and "end of
-    turn" part ways; None when a turn carries one call."""
+def _close_delta(single: Text, head: CallLayout, extras: list[Text]) -> int | None:
+    """Characters from the closing commit to where "another call" and "end of turn"
+    part ways; None when a turn carries one call."""
     if not extras:
         return None
-    double = extras[0].text
-    n = next(
-        (i for i, (x, y) in enumerate(zip(single, double, strict=False)) if x != y),
-        min(len(single), len(double)),
-    )
-    return n - head.close
+    return _shared(single.text, extras[0].text) - head.close
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                min(len(a), len(b)))
 
 
 def _assistant(calls: Sequence[Job], content: str | None = None) -> dict[str, Any]:
