@@ -1,4 +1,4 @@
-"""`ffwd serve | generate | replay | bench | deploy | info`: the top of the house.
+"""`ffwd serve | generate | replay | bench | deploy | models | info`: the top of the house.
 
 Each command lives in its own module of this package, which provides
 ``add_arguments(parser)`` and ``main(args) -> int``: argument parsing and the
@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("ffwd.cli.replay", "model-free replay of BFCL calls through the strict tier"),
     "bench": ("ffwd.cli.bench", "side-by-side benchmarks and report"),
     "deploy": ("ffwd.cli.deploy", "scale out on Ray Serve: print a Serve config file"),
+    "models": ("ffwd.cli.models", "the models this machine holds that ffwd can serve: "
+               "embedded, the Hub cache, Ollama, LM Studio"),
     "info": ("ffwd.cli.info", "what a model runs as: path, backend, dtype, template, context, "
              "greedy determinism"),
 }

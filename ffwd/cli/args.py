@@ -30,6 +30,7 @@ from ffwd.config import (
     resolve_engine_config,
     resolve_fill_config,
     resolve_keep_alive,
+    resolve_model_places,
     resolve_scale_config,
     resolve_token_limits,
 )
@@ -38,11 +39,32 @@ SCALE_FLAGS = ("replicas", "min_replicas", "max_replicas", "target_ongoing", "ma
                "replica_cpus", "replica_gpus", "router", "imbalance")
 
 
+MODEL_HELP = ("default (the embedded SmolLM2-135M-Instruct), gemma3, a path (a .gguf, the "
+              "first part of a split GGUF, a HF directory), a Hub name ORG/NAME[:QUANT], an "
+              "Ollama name MODEL[:TAG] or an LM Studio PUBLISHER/REPO; every local place first, "
+              "then a Hub download (docs/models.md; `ffwd models` lists what is here; "
+              "default: default)")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--model and --offline."""
+    p.add_argument("--model", default="default", help=MODEL_HELP)
+    p.add_argument("--offline", action="store_true",
+                   help="never reach the network: a model no local place holds is not "
+                   "downloaded (as HF_HUB_OFFLINE=1)")
+
+
+def resolve_ref(args: argparse.Namespace) -> Any:
+    """The `ffwd.models.ModelRef` --model names (`ffwd.models.resolve_model`), never
+    downloaded under --offline; `ValueError` (`ModelNotFound`) naming where it looked."""
+    from ffwd.models import resolve_model
+
+    return resolve_model(args.model, resolve_model_places(offline=args.offline))
+
+
 def add_service_arguments(p: argparse.ArgumentParser) -> None:
     """The model, HTTP, engine and fill flags."""
-    p.add_argument("--model", default="default",
-                   help="default (the embedded SmolLM2-135M-Instruct), a HF directory or a .gguf "
-                   "file (default: default)")
+    add_model_arguments(p)
     p.add_argument("--host", default="127.0.0.1", help="bind address (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="(default: 8000)")
     p.add_argument("--api-key", default=None,

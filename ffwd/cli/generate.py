@@ -16,7 +16,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from ffwd.cli.args import read_template, template_arguments
+from ffwd.cli.args import add_model_arguments, read_template, resolve_ref, template_arguments
 from ffwd.config import (
     FILL_MODES,
     SERVER_DEFAULT_FILL,
@@ -27,7 +27,7 @@ from ffwd.templates.choose import encode_prompt
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="default", help="default, a HF directory or a .gguf")
+    add_model_arguments(parser)
     parser.add_argument("--prompt", required=True, help="the user message (or raw text)")
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     from ffwd.engine.core.generate import generate
     from ffwd.engine.sample.sampling import SamplingParams
     from ffwd.fill import FillPlan
-    from ffwd.models import load_backend, load_tokenizer, resolve_model
+    from ffwd.models import load_backend, load_tokenizer
 
     try:
         engine = resolve_engine_config(overrides={
@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         params = SamplingParams(
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
         )
-        ref = resolve_model(args.model)
+        ref = resolve_ref(args)
     except ValueError as exc:
         print(f"ffwd generate: {exc}", file=sys.stderr)
         return 2

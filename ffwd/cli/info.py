@@ -23,13 +23,13 @@ import sys
 from importlib import metadata
 from typing import Any
 
-from ffwd.cli.args import read_template, template_arguments
+from ffwd.cli.args import add_model_arguments, read_template, resolve_ref, template_arguments
 from ffwd.config import SERVER_DEFAULT_FILL, resolve_engine_config, resolve_fill_config
 from ffwd.engine.promise import greedy_promise
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default="default", help="default, a HF directory or a .gguf file")
+    add_model_arguments(p)
     p.add_argument("--backend", default=None, help="auto|llamacpp|transformers (FFWD_BACKEND)")
     p.add_argument("--dtype", default=None, help="auto|float32|bfloat16|float16 (FFWD_DTYPE)")
     p.add_argument("--device", default=None, help="auto|cpu|cuda|cuda:N (FFWD_DEVICE)")
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def describe(args: argparse.Namespace) -> dict[str, Any]:
     """Everything `ffwd info` reports, resolved from the arguments and the environment."""
-    from ffwd.models import engine_for, load_tokenizer, pick_device, resolve_model
+    from ffwd.models import engine_for, load_tokenizer, pick_device
     from ffwd.templates.choose import model_template, resolve_template
 
     engine = resolve_engine_config(overrides={
@@ -60,7 +60,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
         "flash_attn": args.flash_attn, "context": args.context,
         "deterministic": args.deterministic, "tie_margin": args.tie_margin})
     fill = resolve_fill_config(default_mode=SERVER_DEFAULT_FILL)
-    ref = resolve_model(args.model)
+    ref = resolve_ref(args)
     device = pick_device(engine.device)
     backend = engine_for(ref, engine.backend, device)
     window = _context_window(ref, backend, engine.context)
@@ -175,15 +175,19 @@ def _threads(requested: int) -> str:
 
 
 def _context_window(ref: Any, backend: str, context: int) -> int:
-    """Prompt plus output tokens the server allows per request (llama.cpp: what it allocates)."""
-    from transformers import AutoConfig
-
+    """Prompt plus output tokens the server allows per request (llama.cpp: what it allocates);
+    a GGUF's trained context from its header, a HF directory's from its config."""
     from ffwd.engine.hf import DEFAULT_CONTEXT_WINDOW
     from ffwd.engine.llama.context import DEFAULT_CONTEXT_CAP
+    from ffwd.models import gguf_meta
 
-    kwargs = {"gguf_file": ref.gguf_file} if ref.gguf_file else {}
-    cfg = AutoConfig.from_pretrained(ref.directory, **kwargs)
-    trained = int(getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW)
+    if ref.gguf_file:
+        trained = gguf_meta(ref.path).context_length or DEFAULT_CONTEXT_WINDOW
+    else:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(ref.directory)
+        trained = int(getattr(cfg, "max_position_embeddings", 0) or DEFAULT_CONTEXT_WINDOW)
     if backend == "llamacpp":
         return context or min(trained, DEFAULT_CONTEXT_CAP)
     return trained

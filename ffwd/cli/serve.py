@@ -6,6 +6,7 @@ import argparse
 import logging
 import sys
 from dataclasses import replace
+from typing import Any
 
 from ffwd.cli.args import (
     add_scale_arguments,
@@ -13,6 +14,7 @@ from ffwd.cli.args import (
     deploy_spec,
     read_template,
     resolve_limits,
+    resolve_ref,
     resolve_settings,
     wants_replicas,
 )
@@ -52,10 +54,8 @@ def main(args: argparse.Namespace) -> int:
         keep_alive = resolve_keep_alive(args.keep_alive_timeout)
         grace = resolve_shutdown_grace(args.shutdown_grace)
         spec = deploy_spec(args, fill, engine) if wants_replicas(args) else None
-        from ffwd.models import resolve_model
-
         # Fail fast on a model this machine cannot load (a joined cluster's nodes may).
-        ref = resolve_model(args.model) if spec is None or args.ray_address is None else None
+        ref = resolve_ref(args) if spec is None or args.ray_address is None else None
     except (ValueError, FileNotFoundError) as exc:
         print(f"ffwd serve: {exc}", file=sys.stderr)
         return 2
@@ -69,10 +69,10 @@ def main(args: argparse.Namespace) -> int:
 
         return serve_replicas(replace(spec, log_format=log_format), args.ray_address)
     assert ref is not None
-    return _serve_here(args, ref.name, fill, engine, limits, origins, (keep_alive, grace))
+    return _serve_here(args, ref, fill, engine, limits, origins, (keep_alive, grace))
 
 
-def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: EngineConfig,
+def _serve_here(args: argparse.Namespace, ref: Any, fill: FillConfig, engine: EngineConfig,
                 limits: TokenLimits, origins: tuple[str, ...],
                 timeouts: tuple[int, int]) -> int:
     keep_alive, grace = timeouts
@@ -84,10 +84,11 @@ def _serve_here(args: argparse.Namespace, name: str, fill: FillConfig, engine: E
     from ffwd.serve.server import run_server
     from ffwd.serve.service import load_service
 
+    name = ref.name
     with tqdm(total=3, desc=f"loading {name}", unit="step", file=sys.stderr) as bar:
         try:
             service = load_service(
-                args.model, engine, fill, tool_format=args.tool_format,
+                ref, engine, fill, tool_format=args.tool_format,
                 chat_template=read_template(args),
                 prompt_cache_bytes=args.prompt_cache_bytes, limits=limits,
                 on_step=lambda step: bar.update(),

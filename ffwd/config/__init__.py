@@ -10,6 +10,8 @@ No module outside this package reads `os.environ`.
 * `server`: the server's limits, FFWD_*MAX_TOKENS*, FFWD_CACHE_DIR, FFWD_LOG_FORMAT,
   FFWD_CORS_ORIGINS, FFWD_KEEP_ALIVE, FFWD_SHUTDOWN_GRACE
 * `scale`: replicas and routing under Ray Serve (flags only)
+* `places`: where models live (HF_HUB_CACHE, HF_HOME, OLLAMA_MODELS ...) and whether
+  ffwd may download one (HF_ENDPOINT, HF_HUB_OFFLINE, --offline)
 """
 
 from ffwd.config.engine import (
@@ -36,6 +38,7 @@ from ffwd.config.fill import (
     resolve_fill_config,
     resolve_fill_mode,
 )
+from ffwd.config.places import ModelPlaces, resolve_model_places
 from ffwd.config.scale import ROUTERS, Router, ScaleConfig, resolve_scale_config
 from ffwd.config.server import (
     ANY_ORIGIN,
@@ -64,11 +67,12 @@ __all__ = [
     "DTYPES", "FILL_MODES", "FLASH_ATTNS", "KV_CACHES", "LOG_FORMATS", "REQUEST_FILL_TYPES",
     "ROUTERS", "SERVER_DEFAULT_FILL",
     "BackendKind", "Dtype", "EngineConfig", "FillConfig", "FillMode", "KvCache",
-    "OutputCap", "Router",
+    "ModelPlaces", "OutputCap", "Router",
     "ScaleConfig", "SettingError", "TokenLimits", "cache_dir", "check_limits",
     "resolve_backend", "resolve_cors_origins", "resolve_device", "resolve_dtype",
     "resolve_engine_config",
     "resolve_fill_config", "resolve_fill_mode", "resolve_keep_alive", "resolve_log_format",
+    "resolve_model_places",
     "resolve_scale_config", "resolve_shutdown_grace",
     "resolve_token_limits",
 ]

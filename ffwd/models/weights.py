@@ -11,7 +11,8 @@ import os
 from typing import Any
 
 from ffwd.models.cache import check_tree, read_cached, save_tree
-from ffwd.models.files import ModelRef, cached_conversion, resolve_model
+from ffwd.models.files import ModelRef, cached_conversion
+from ffwd.models.resolve import resolve_model
 
 
 def pick_device(device: str = "auto") -> str:

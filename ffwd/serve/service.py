@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ffwd.config import (
     DEFAULT_PROMPT_CACHE_BYTES,
@@ -48,6 +48,9 @@ from ffwd.templates.formats import ToolFormat
 from ffwd.templates.render import encode_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from ffwd.templates.tools import normalize_tools
+
+if TYPE_CHECKING:
+    from ffwd.models import ModelRef
 
 __all__ = ["ModelService", "Ready", "load_service"]
 COMPILE_CACHE_ENTRIES = 64  # distinct (tools, tool_choice) sets kept compiled
@@ -296,7 +299,7 @@ class ModelService:
 
 
 def load_service(
-    model: str,
+    model: str | ModelRef,
     engine: EngineConfig,
     fill: FillConfig,
     *,
@@ -307,17 +310,18 @@ def load_service(
     on_step: Callable[[str], None] | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> ModelService:
-    """Load `model` (a name `models.resolve_model` accepts) and wrap it in a ModelService.
+    """Load `model` (a name `models.resolve_model` accepts, or what it resolved) and wrap it
+    in a ModelService.
 
     `on_step` is called after each of the three loading steps (for a progress bar);
     `progress` hears what a first load's cost measurement is doing.
     """
     import gc
 
-    from ffwd.models import load_backend, load_tokenizer, resolve_model
+    from ffwd.models import ModelRef, load_backend, load_tokenizer, resolve_model
 
     step = on_step or (lambda name: None)
-    ref = resolve_model(model)
+    ref = model if isinstance(model, ModelRef) else resolve_model(model)
     tokenizer = load_tokenizer(ref)
     step("tokenizer")
     backend = load_backend(ref, **asdict(engine), tokenizer=tokenizer, progress=progress)
