@@ -19,12 +19,14 @@ from ffwd.engine.sample.text import ToolCalls
 from ffwd.fill import FillPlan, FillSession, Proposal
 from ffwd.fill.spans import SpanChoice
 from ffwd.grammar import RequestGrammars
+from ffwd.grammar.request import UNCHECKED
 from ffwd.models import load_tokenizer
 from ffwd.templates.choose import resolve_template
-from ffwd.templates.formats import FORMATS, get_format
+from ffwd.templates.formats import get_format
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from tests.engine.tiny_models import tiny_backend
+from tests.unit._collection import template_for, written_formats
 
 MODE = {
     "type": "object",
@@ -44,12 +46,14 @@ TOOLS = [
 ]
 SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 USER = [{"role": "user", "content": "Turn eco mode on, label it home."}]
+# Every format a template writes whose call grammar is checked (the others go free).
+FORMATS = [f for f in written_formats() if f not in UNCHECKED]
 
 
 @cache
 def setup(fmt: str) -> tuple[Any, list[int], RequestGrammars, CompiledTools]:
     tok = load_tokenizer("default")
-    resolved = resolve_template(tok, fmt)
+    resolved = resolve_template(tok, fmt, template_for(fmt))
     template, name = resolved.template, resolved.format_name
     eos = default_eos_ids(tok)
     # A random model needs no system prompt listing the tools: a short prompt is cheaper.
@@ -89,8 +93,8 @@ def parsed_call(fmt: str, text: str) -> tuple[str, dict[str, Any]]:
 def test_every_sampled_generation_is_a_valid_call(fmt: str) -> None:
     backend = backend_for(fmt)
     injected = 0
-    for seed in range(50):  # x 4 formats: 200 generations
-        result = run(fmt, "strict", seed, 1.0, backend)
+    for seed in range(50):
+        result = run(fmt, "strict", seed, 1.0, backend, max_tokens=300)
         assert result.finish_reason == "tool_calls", result.text  # the grammar ends the turn
         name, args = parsed_call(fmt, result.text)
         assert [(c.name, json.loads(c.arguments)) for c in result.calls] == [(name, args)]
