@@ -103,17 +103,18 @@ def _deep(backend: Backend, surface: CostSurface, depths: Sequence[int],
             progress(f"depth {depth}")
         while backend.cache_len < depth:
             backend.append(filler[: min(chunk, depth - backend.cache_len)])
-        # 2. the widths at this depth; rows = last + the head's excess.
+        # 2. the widths at this depth (last row only).
         times, _ = _time_shapes(backend, [(w, "last") for w in widths], repeats)
         surface.last[depth] = monotone({m: ms for (m, _kind), ms in times.items()})
-        surface.rows[depth] = monotone({
-            w: surface.last[depth][w]
-            + max(0.0, surface.quiet(w, "rows", base) - surface.quiet(w, "last", base))
-            for w in widths})
         measured.append(depth)
     for d in measured:  # each depth's prefill chunk
         if d in started:
             surface.last[d] = monotone({**surface.last[d], chunk: started[d]})
+    for d in measured[1:]:  # rows at depth = last (with its chunk) + the head's excess
+        surface.rows[d] = monotone({
+            w: surface.last[d][w]
+            + max(0.0, surface.quiet(w, "rows", base) - surface.quiet(w, "last", base))
+            for w in widths})
 
 
 def _time_shapes(
