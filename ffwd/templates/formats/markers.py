@@ -28,9 +28,10 @@ class Slot(Enum):
     INDEX = "index"  # a call's index (Kimi)
     TYPE = "type"  # a value's type, as the template writes it (DSML, Kimi K3)
     KEY = "key"  # the key of the value being closed (MiniMax M3's closing tag)
+    HEAD = "head"  # a message header's text, up to the literal after it (harmony)
 
 
-WS, ID, INDEX, TYPE, KEY = Slot.WS, Slot.ID, Slot.INDEX, Slot.TYPE, Slot.KEY
+WS, ID, INDEX, TYPE, KEY, HEAD = Slot.WS, Slot.ID, Slot.INDEX, Slot.TYPE, Slot.KEY, Slot.HEAD
 Atom = str | Slot
 # What a slot's text may hold (never whitespace: it ends a slot).
 SLOT_TEXT = r"[^\s<>\"'\[\]|:]*"
@@ -68,6 +69,8 @@ def pattern(marker: Marker, key: str | None = None) -> re.Pattern[str]:
             out.append(r"\s*")
         elif a in (ID, INDEX):
             out.append(f"({SLOT_TEXT})")  # a group: its span varies from call to call
+        elif a is HEAD:
+            out.append(r"[^\n]*?")
         elif isinstance(a, Slot):
             out.append(SLOT_TEXT)
         else:
