@@ -234,3 +234,38 @@ def test_a_cut_message_drops_its_unfinished_call(fmt: str) -> None:
     plain = get_format(fmt).new_parser()
     deltas = [*plain.feed(text[: second + 4]), *plain.finish()]
     assert any(isinstance(d, ContentDelta) and CALLS[1][0][:4] in d.text for d in deltas)
+
+
+HARMONY_CALL = ('<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant'
+                '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
+                '{"city": "Oslo"}<|call|>')
+
+
+@pytest.mark.parametrize("step", [1, 3, len(HARMONY_CALL)])
+def test_harmony_reads_a_call_in_the_channel_header_and_keeps_its_header_out_of_content(
+        step: int) -> None:
+    parser = get_format("harmony").new_parser()
+    out = [d for i in range(0, len(HARMONY_CALL), step) for d in parser.feed(
+        HARMONY_CALL[i:i + step])] + parser.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [
+        ("get_weather", {"city": "Oslo"})]
+    content = "".join(d.text for d in out if isinstance(d, ContentDelta))
+    assert content == "<|channel|>analysis<|message|>Need weather.<|end|>"
+
+
+def test_harmony_rows_cut_from_the_role_header_do_not_fire_in_the_channel_header() -> None:
+    fmt = get_format("harmony")
+    role, channel = fmt.new_parser(), fmt.new_parser()
+    role.feed(" to=functions.f")
+    channel.feed("<|channel|>commentary to=functions.f")
+    assert role.state.tool == channel.state.tool is None
+    assert role.state.name == channel.state.name == "f"
+    assert role.state.where != channel.state.where
+
+
+def test_harmony_final_message_is_content() -> None:
+    parser = get_format("harmony").new_parser()
+    text = "<|channel|>final<|message|>Hello.<|return|>"
+    out = parser.feed(text) + parser.finish()
+    assert parser.calls == []
+    assert "".join(d.text for d in out if isinstance(d, ContentDelta)) == text
