@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ffwd.config.places import ModelPlaces, resolve_model_places
 from ffwd.models import resolve_model
@@ -98,23 +99,43 @@ class Home:
 def write_split(src: Path, first: Path, parts: int = 3) -> list[Path]:
     """`src` written again as a split GGUF of `parts` parts named from `first`
     (``NAME-00001-of-0000N.gguf``), a named ``tool_use`` template added; the parts."""
+    prefix = first.name.removesuffix(f"-00001-of-{parts:05d}.gguf")
+    _rewrite(src, first.with_name(prefix + ".gguf"), {
+        "tokenizer.chat_template.tool_use": TOOL_USE, "tokenizer.chat_templates": ["tool_use"]},
+        parts)
+    return [first.with_name(f"{prefix}-{i:05d}-of-{parts:05d}.gguf") for i in range(1, parts + 1)]
+
+
+def write_with_template(src: Path, dest: Path, template: str) -> Path:
+    """`src` written again as `dest` with `template` as its ``tokenizer.chat_template``,
+    dated like `src` (the same bytes each run: ffwd's converted tokenizer is kept)."""
+    _rewrite(src, dest, {"tokenizer.chat_template": template})
+    stamp = src.stat().st_mtime
+    os.utime(dest, (stamp, stamp))
+    return dest
+
+
+def _rewrite(src: Path, dest: Path, fields: dict[str, Any], parts: int = 1) -> None:
+    """`src`'s metadata and tensors written to `dest` (in `parts` parts), `fields` set."""
     import gguf
 
-    first.parent.mkdir(parents=True, exist_ok=True)
+    dest.parent.mkdir(parents=True, exist_ok=True)
     reader = gguf.GGUFReader(src)
-    prefix = first.name.removesuffix(f"-00001-of-{parts:05d}.gguf")
     arch = str(reader.fields["general.architecture"].contents())
-    per_part = -(-len(reader.tensors) // parts)
-    writer = gguf.GGUFWriter(first.with_name(prefix + ".gguf"), arch,
-                             split_max_tensors=per_part)
+    per_part = -(-len(reader.tensors) // parts) if parts > 1 else 0
+    writer = gguf.GGUFWriter(dest, arch, split_max_tensors=per_part)
     for field in reader.fields.values():
-        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+        if field.name in fields or field.name == "general.architecture" or \
+                field.name.startswith("GGUF."):
             continue
         kind = field.types[0]
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
-    writer.add_string("tokenizer.chat_template.tool_use", TOOL_USE)
-    writer.add_array("tokenizer.chat_templates", ["tool_use"])
+    for name, value in fields.items():
+        if isinstance(value, list):
+            writer.add_array(name, value)
+        else:
+            writer.add_string(name, value)
     for t in reader.tensors:
         writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
     writer.write_header_to_file()
@@ -123,4 +144,3 @@ def write_split(src: Path, first: Path, parts: int = 3) -> list[Path]:
     for t in reader.tensors:
         writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
     writer.close()
-    return [first.with_name(f"{prefix}-{i:05d}-of-{parts:05d}.gguf") for i in range(1, parts + 1)]
