@@ -58,6 +58,22 @@ class _Generation(Extension):
         return str(caller())
 
 
+class _Sandbox(SandboxedEnvironment):
+    """Jinja's sandbox, where ``+`` joins text with null or undefined as with empty text,
+    as llama.cpp's renderer does (gpt-oss writes a parameter's ``default`` so, and
+    clients send ``"default": null``)."""
+
+    intercepted_binops = frozenset({"+"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "+" and (isinstance(left, str) or isinstance(right, str)):
+            nothing = (type(None), jinja2.Undefined)
+            if isinstance(left, nothing) or isinstance(right, nothing):
+                return ("" if isinstance(left, nothing) else left) + (
+                    "" if isinstance(right, nothing) else right)
+        return super().call_binop(context, operator, left, right)
+
+
 def _raise(message: str) -> None:
     raise jinja2.exceptions.TemplateError(message)
 
@@ -85,7 +101,7 @@ def _tojson(
 
 @lru_cache(maxsize=64)
 def _compile(template: str) -> jinja2.Template:
-    env = SandboxedEnvironment(
+    env = _Sandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols", _Generation],
         finalize=lambda x: "" if x is None else x,
     )

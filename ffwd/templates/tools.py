@@ -25,9 +25,11 @@ PYTHON_TYPES = {"string": "str", "integer": "int", "number": "float", "boolean":
 
 
 def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
-    """Tools in OpenAI form with a clean ``parameters`` object schema.
+    """Tools in OpenAI form with a clean ``parameters`` object schema; a null
+    ``description`` is none (templates concatenate it as text).
 
-    >>> normalize_tools([{"name": "f", "parameters": {"type": "dict"}}])[0]["function"]
+    >>> normalize_tools([{"name": "f", "description": None, "parameters": {"type": "dict"}}]
+    ...                 )[0]["function"]
     {'name': 'f', 'parameters': {'type': 'object', 'properties': {}}}
     """
     if tools is None:
@@ -43,6 +45,8 @@ def normalize_tools(tools: Sequence[Mapping[str, Any]] | None) -> list[dict[str,
             raise ValueError(f"tool {name!r}: the name is used by more than one tool")
         seen.add(name)
         fn["parameters"] = _object_schema(fn.get("parameters"), f"tool {name!r}: parameters")
+        if fn.get("description", "") is None:
+            del fn["description"]
         out.append({"type": "function", "function": fn})
     return out
 

@@ -156,6 +156,16 @@ def test_generation_tags_render_their_body() -> None:
     assert render_chat(tpl, [USER]) == "[What is the weather in Paris?]"
 
 
+def test_text_joined_with_null_is_text_as_in_llama_cpp() -> None:
+    # gpt-oss writes ``", // default: " + param.default``; BFCL's tools carry
+    # ``"default": null``, and null description keys are dropped.
+    tpl = "{{ 'a' + x }}|{{ y + 'b' }}|{{ tools[0].function.description is defined }}"
+    tools = [{"type": "function", "function": {"name": "f", "description": None}}]
+    assert render_chat(tpl, [], tools, False, None, x=None) == "a|b|False"
+    with pytest.raises(ValueError, match="unsupported operand"):
+        render_chat("{{ 1 + none }}", [], None, False, None)
+
+
 @pytest.mark.parametrize(
     ("template", "message"),
     [
