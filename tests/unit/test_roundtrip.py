@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ffwd.templates.formats import ToolFormat
-from ffwd.templates.formats.probe import USER
-from ffwd.templates.render import render_chat
+from ffwd.templates.formats.probe import probe_turn
 from ffwd.templates.text import Detokenizer
 from tests.unit._collection import Specials, recognized, tool_templates, vocab
 from tests.unit._tokenizers import tokenizer
@@ -65,20 +64,6 @@ def tools_for(calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
-def turn(template: str, calls: list[tuple[str, dict[str, Any]]],
-         tools: list[dict[str, Any]]) -> str:
-    """The text an assistant turn of `calls` adds to a one-message conversation."""
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"call{i}", "type": "function", "function": {"name": n, "arguments": a}}
-        for i, (n, a) in enumerate(calls)]}
-    full = render_chat(template, [USER, message], tools, False, Specials())
-    for generation in (True, False):
-        prompt = render_chat(template, [USER], tools, generation, Specials())
-        if full.startswith(prompt):
-            return full[len(prompt):]
-    raise AssertionError("the template renders the conversation's start differently")
-
-
 def read(fmt: ToolFormat, pieces: list[str], tools: list[dict[str, Any]]
          ) -> list[tuple[str, Any]]:
     parser = fmt.new_parser(tools)
@@ -117,7 +102,7 @@ def test_rendered_calls_read_back_exactly(name: str, calls: list[tuple[str, Any]
     assert fmt is not None
     calls = calls[:1 if not fmt.parallel else MAX_CALLS.get(fmt.name, 3)]
     tools = tools_for(calls)
-    text = turn(tool_templates()[name], calls, tools)
+    text = probe_turn(tool_templates()[name], calls, Specials(), tools)
     expected = [(n, a) for n, a in calls]
     assert read(fmt, [text], tools) == expected, text
     for tok in (tokenizer("default"), vocab("llama-spm")):

@@ -28,16 +28,16 @@ USER = {"role": "user", "content": "Weather and time in Paris?"}
 
 
 def probe_turn(template: str, calls: Sequence[tuple[str, Mapping[str, Any]]],
-               tokenizer: Any = None) -> str:
-    """What an assistant turn of `calls` adds to the conversation's text."""
+               tokenizer: Any = None, tools: Sequence[Mapping[str, Any]] = PROBE_TOOLS) -> str:
+    """What an assistant turn of `calls` (of `tools`) adds to the conversation's text."""
     message = {"role": "assistant", "content": None, "tool_calls": [
         {"id": f"call{i}", "type": "function", "function": {"name": n, "arguments": dict(a)}}
         for i, (n, a) in enumerate(calls)]}
-    full = render_chat(template, [USER, message], PROBE_TOOLS, False, tokenizer)
+    full = render_chat(template, [USER, message], tools, False, tokenizer)
     # The turn as a generation continues it; where the generation prompt opens what a
     # written turn does not (a reasoning block), from the end of the user's turn.
     for generation in (True, False):
-        prompt = render_chat(template, [USER], PROBE_TOOLS, generation, tokenizer)
+        prompt = render_chat(template, [USER], tools, generation, tokenizer)
         if full.startswith(prompt):
             return full[len(prompt):]
     raise ValueError("the template renders the conversation's start differently once an "
