@@ -14,6 +14,7 @@ import pytest
 from ffwd.bench.replay import ReplayResult, assistant_ids, replay_turn
 from ffwd.fill import FillSession
 from ffwd.templates.formats import get_format
+from ffwd.templates.formats.probe import assistant_message as answer
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from tests.unit._collection import template_for, written_formats
@@ -83,16 +84,6 @@ def compiled(
     return compile_tools(tok, template, tools, choice, default_eos_ids(tok), name)
 
 
-def answer(calls: list[tuple[str, dict[str, Any]]], content: str | None = None) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": content,
-        "tool_calls": [
-            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls
-        ],
-    }
-
-
 def replay(
     spec: str, fmt: str, ct: CompiledTools, tools: list[dict[str, Any]], turns: list[dict[str, Any]]
 ) -> ReplayResult:
@@ -113,7 +104,8 @@ def test_rows_agree_with_whole_renderings(spec: str, fmt: str, choice: str) -> N
     ct = compiled(spec, fmt, TOOLS, choice)
     result = replay(spec, fmt, ct, TOOLS, [answer([c]) for c in CALLS])
     assert result.mismatches == 0, result.examples
-    assert result.injected > result.tokens // 5
+    if fmt not in UNCLOSED & IDS:  # there only names and keys are determined
+        assert result.injected > result.tokens // 5
     # Every format's names and keys are filled; what else depends on its markup (no
     # scaffold where the name follows the marker, nothing to close after mistral's "}}").
     for kind in ("name", "key"):

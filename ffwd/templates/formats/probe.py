@@ -27,12 +27,19 @@ PROBE_CALLS: list[tuple[str, dict[str, Any]]] = [
 USER = {"role": "user", "content": "Weather and time in Paris?"}
 
 
+def assistant_message(calls: Sequence[tuple[str, Mapping[str, Any]]],
+                      content: str | None = None) -> dict[str, Any]:
+    """An assistant turn making `calls` as clients send it back: each call with its id
+    (templates write ids: Solar's, Mistral's, Command-R's)."""
+    return {"role": "assistant", "content": content, "tool_calls": [
+        {"id": f"call{i}", "type": "function", "function": {"name": n, "arguments": dict(a)}}
+        for i, (n, a) in enumerate(calls)]}
+
+
 def probe_turn(template: str, calls: Sequence[tuple[str, Mapping[str, Any]]],
                tokenizer: Any = None, tools: Sequence[Mapping[str, Any]] = PROBE_TOOLS) -> str:
     """What an assistant turn of `calls` (of `tools`) adds to the conversation's text."""
-    message = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": f"call{i}", "type": "function", "function": {"name": n, "arguments": dict(a)}}
-        for i, (n, a) in enumerate(calls)]}
+    message = assistant_message(calls)
     full = render_chat(template, [USER, message], tools, False, tokenizer)
     # The turn as a generation continues it; where the generation prompt opens what a
     # written turn does not (a reasoning block), from the end of the user's turn.

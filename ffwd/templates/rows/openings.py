@@ -42,7 +42,7 @@ def _head(c: Call) -> tuple[str, bool]:
     """The turn's text up to its first call's name (and whether it gets there), or
     up to markup that varies by call (Solar's call id) when that comes first."""
     name = c.r.starts[c.r.tok(c.lay.name[0])]
-    cut = min([name, *(s for s, _ in c.lay.varying if s >= c.a0)])
+    cut = min([name, *(c.r.starts[c.r.tok(t)] for s, t in c.stops if s > c.a0)])
     return c.r.text[c.a0 : cut], cut == name
 
 
@@ -55,7 +55,7 @@ def scaffold_rows(table: RowTable, occurrences: list[Call], shared: list[int]) -
             first += 1  # merged with what precedes the marker: not part of the trigger
         name = r.tok(c.lay.name[0])
         # Never into markup that varies by call (Solar's id before the name).
-        stop = min([name, *(r.tok(s) for s, _ in c.lay.varying if s >= c.lay.open[1])])
+        stop = min([name, *(r.tok(t) for s, t in c.stops if s >= c.lay.open[1])])
         emit = [*r.ids[last + 1 : stop], *(shared if stop == name else [])]
         table.add(r.ids[first : last + 1], emit, "scaffold", AtPosition(table.where(c, last)))
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from ffwd.templates.formats import ToolFormat
 from ffwd.templates.formats.base import CallLayout
+from ffwd.templates.formats.probe import assistant_message
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows.align import Text, View, lcp
 from ffwd.templates.turns import turn_start
@@ -114,6 +115,10 @@ class Call:
     more: float  # where "another call" and "end of turn" part (inf: one call per turn)
     end: float  # end of the turn's text, or of what is known of it (`last` is False)
     last: bool = True  # no turn follows in this rendering
+    # Per span of markup that varies by call (`lay.varying`): its start, and where the
+    # determined markup before it ends (the start, or a character earlier where the
+    # token touching it is text that may merge with what the model writes there).
+    stops: tuple[tuple[int, int], ...] = ()
 
     @property
     def clean(self) -> bool:
@@ -139,7 +144,7 @@ class Call:
     def view(self, i: int, cap: float) -> View:
         """From token `i` up to `cap`, and never into markup that varies by call."""
         at = self.r.starts[i] if i < len(self.r.starts) else float("inf")
-        cap = min([cap, *(s for s, _ in self.lay.varying if s >= at)])
+        cap = min([cap, *(t for s, t in self.stops if s >= at)])
         return self.r, i, cap, cap >= self.end and not self.last
 
 
@@ -168,6 +173,7 @@ class Renderer:
             raise ValueError("strict rows need a fast tokenizer (one with character offsets)")
         self.tokenizer = tokenizer
         self.backend = backend
+        self.added = frozenset(getattr(tokenizer, "added_tokens_decoder", {}))
         self.template = template
         self.fmt = fmt
 
@@ -201,6 +207,16 @@ class Renderer:
             pos = lay.close + 1
         return out
 
+    def _stops(self, r: Text, lay: CallLayout) -> tuple[tuple[int, int], ...]:
+        """`Call.stops`: a token of the vocabulary's added ones (``[CALL_ID]``) ends
+        where it ends; text ending at a varying span may merge with it (``|>`` + id)."""
+        out = []
+        for s, _ in lay.varying:
+            i = r.tok(s - 1) if s > 0 else 0
+            held = r.ends[i] == s and r.ids[i] in self.added
+            out.append((s, s if held else s - 1))
+        return tuple(out)
+
     def renderings(self, tools: Sequence[Mapping[str, Any]]) -> Renderings:
         """Every variant of every tool rendered (see `Renderings`)."""
         first = tools[0]
@@ -228,7 +244,7 @@ class Renderer:
             shared = _shared(tail, here)
             inner = inner_len if shared == len(tail) else min(inner_len, shared - 1)
             end = lay.close + (turn_len if last else inner)
-            return Call(r, name, lay, start, more, end, last)
+            return Call(r, name, lay, start, more, end, last, self._stops(r, lay))
 
         extras: list[Call] = []
         for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
@@ -282,9 +298,10 @@ class Renderer:
         chunks = [jobs[i : i + turns] for i in range(0, len(jobs), turns)]
         conversations = []
         for chunk in chunks:
-            messages: list[dict[str, Any]] = [USER, _assistant([head])]
+            messages: list[dict[str, Any]] = [USER, assistant_message([head])]
             for job in chunk:
-                messages += [USER, _assistant([job])] if users else [_assistant([job])]
+                turn = assistant_message([job])
+                messages += [USER, turn] if users else [turn]
             conversations.append(messages)
         for chunk, r in zip(chunks, self.render(conversations, tool), strict=True):
             pos = r.text.find(opening)
@@ -304,12 +321,12 @@ class Renderer:
     def _render_extras(self, tool: Mapping[str, Any], call0: Job) -> list[Text]:
         """The lone call, then (where the template allows) two calls in one turn
         and a call after content."""
-        out = self.render([[USER, _assistant([call0])]], tool)
+        out = self.render([[USER, assistant_message([call0])]], tool)
         for calls, content in _extra_specs(call0):
             if len(calls) > 1 and not self.fmt.parallel:
                 break
             try:
-                out += self.render([[USER, _assistant(calls, content)]], tool)
+                out += self.render([[USER, assistant_message(calls, content)]], tool)
             except ValueError:
                 break
         return out
@@ -331,16 +348,6 @@ def _shared(a: str, b: str) -> int:
     """How many leading characters `a` and `b` share."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                 min(len(a), len(b)))
-
-
-def _assistant(calls: Sequence[Job], content: str | None = None) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": content,
-        "tool_calls": [
-            {"type": "function", "function": {"name": n, "arguments": a}} for n, a in calls
-        ],
-    }
 
 
 def _rounds(
