@@ -15,16 +15,16 @@
 
 Arguments: JSON formats embed each tool's parameters schema (``%json``, in
 schema order: llguidance fixes properties to the order the schema lists
-them). Key/value formats (``pairs``: qwen_xml, GLM, DSML, MiniMax, ...) write
-each parameter with the markup the template's renderings show
-(`ffwd.grammar.skeleton.Pairs`), value by value: enums and consts as
-rendered, numbers, arrays and objects as JSON, booleans and null as the
-template writes them (``True`` or ``true``), anything else as raw text up to
-the value's closing markup. Tool arguments are closed: an object schema that lists
-``properties`` and does not say ``additionalProperties`` admits only those
-(``true`` or a schema re-opens it; ``"strict": true`` closes every object); an
-object inside the arguments that lists none is a free-form map, and a tool
-that takes no parameters takes ``{}``.
+them); Gemma 4's object is `ffwd.grammar.gemma`'s. Key/value formats
+(``pairs``: qwen_xml, GLM, DSML, MiniMax, ...) write each parameter with the
+markup the template's renderings show (`ffwd.grammar.skeleton.Pairs`), value
+by value: enums and consts as rendered, numbers, arrays and objects as JSON,
+booleans and null as the template writes them (``True`` or ``true``), anything
+else as raw text up to the value's closing markup. Tool arguments are closed:
+an object schema that lists ``properties`` and does not say
+``additionalProperties`` admits only those (``true`` or a schema re-opens it;
+``"strict": true`` closes every object); an object inside the arguments that
+lists none is a free-form map, and a tool that takes no parameters takes ``{}``.
 ``response_format`` (and so ``text.format`` and ``output_config``) follows the
 same rule: an object that lists ``properties`` without saying
 ``additionalProperties`` gets no other keys (as llama.cpp's converter does: a
@@ -39,6 +39,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ffwd.grammar.gemma import gemma_arguments
 from ffwd.grammar.lark import (
     Markup,
     json_rule,
@@ -120,7 +121,11 @@ def _calls(skeleton: Skeleton, tools: Sequence[Mapping[str, Any]], markup: Marku
                                listed_only=fn.get("strict") is not True)
         if not params.get("properties") and "additionalProperties" not in params:
             params = {**params, "additionalProperties": False}  # no parameters: takes {}
-        if skeleton.pairs is None:
+        if skeleton.arguments == "gemma":
+            name = fn["name"]
+            args, rules = gemma_arguments(f"c{i}", params, markup)
+            lines += [r for r in rules if r not in lines]
+        elif skeleton.pairs is None:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)
         else:

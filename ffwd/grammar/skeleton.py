@@ -59,7 +59,8 @@ class Skeleton:
     tail: str  # from the end of the arguments to the end of the call
     between: str | None  # from the end of one call to the next name; None: one call a turn
     end: str  # after the last call, before the end of the turn
-    pairs: Pairs | None = None  # None: the arguments are one JSON object
+    pairs: Pairs | None = None  # None: the arguments are one object
+    arguments: str = "json"  # how that object is written (`ToolFormat.arguments`)
 
 
 def derive(
@@ -85,7 +86,7 @@ def derive(
     if lay is None:
         raise ValueError(f"the chat template's tool call does not look like the {fmt.name} format")
     args_end = lay.args_end
-    args_start = lay.close - 1 if fmt.arguments == "json" else args_end
+    args_start = lay.close - 1 if fmt.arguments != "pairs" else args_end
     lead, mid = single[a0 : lay.name[0]], single[lay.name[1] : args_start]
     after = _cut_at_turn_end(single[args_end:], eos_texts)
     between = None
@@ -98,7 +99,7 @@ def derive(
     else:
         tail, end = after, ""
     pairs = _pairs(fmt, turn, start, mid) if fmt.arguments == "pairs" else None
-    return Skeleton(lead, mid, tail, between, end, pairs)
+    return Skeleton(lead, mid, tail, between, end, pairs, fmt.arguments)
 
 
 def _tool(args: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 # format: a template of llama.cpp's collection that writes it.
 FAMILIES = {"harmony": "openai-gpt-oss-120b", "glm": "GLM-4.6",
-            "mistral_v11": "unsloth-mistral-Devstral-Small-2507"}
+            "mistral_v11": "unsloth-mistral-Devstral-Small-2507",
+            "gemma4": "google-gemma-4-31B-it"}
 TOOLS: list[Any] = [
     {"type": "function", "function": {
         "name": "get_weather", "description": "The weather in a city.",

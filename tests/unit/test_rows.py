@@ -17,6 +17,7 @@ from ffwd.templates.formats import get_format
 from ffwd.templates.formats.probe import assistant_message as answer
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
+from ffwd.templates.turns import turn_start
 from tests.unit._collection import template_for, written_formats
 from tests.unit._tokenizers import SPECS, tokenizer
 
@@ -62,6 +63,8 @@ UNCLOSED = {"mistral_v11", "mistral_v11_ids"}
 # Formats whose calls carry an id or an index that differs by call (Kimi's "functions.f:0",
 # Solar's and Mistral's ids, Command-R's "tool_call_id"): a forced opening stops there.
 IDS = {"mistral_v11_ids", "kimi_k2", "kimi_k3", "solar", "command_r"}
+# Templates that write the arguments sorted by key (Gemma 4's dictsort).
+SORTED = {"gemma4"}
 # Templates whose turn does not open the same way at the start of a conversation and
 # later (DeepSeek R1's first-call-only "<｜tool▁calls▁begin｜>", Apriel's reasoning):
 # nothing is forced before the first sample.
@@ -109,7 +112,10 @@ def test_rows_agree_with_whole_renderings(spec: str, fmt: str, choice: str) -> N
     # Every format's names and keys are filled; what else depends on its markup (no
     # scaffold where the name follows the marker, nothing to close after mistral's "}}").
     for kind in ("name", "key"):
-        assert result.by_kind[kind] > 0, kind
+        # Gemma 4's bare keys are one id each in Gemma 3's vocabulary, and the colon
+        # after each merges with the value's quote (":<"): no key row saves an id.
+        if not (kind == "key" and fmt in SORTED and spec == "gemma3"):
+            assert result.by_kind[kind] > 0, kind
     if fmt not in UNCLOSED:
         assert result.by_kind["scaffold"] + result.by_kind["close"] + result.by_kind["turn-end"]
 
@@ -137,7 +143,8 @@ def test_a_single_tool_scaffold_carries_the_name_up_to_the_first_argument(
     for row in scaffolds:
         text = decode(spec, row.emit)
         assert "get_weather" in text or fmt in IDS  # an id may come first (Solar)
-        assert "city" not in text and "unit" not in text  # which argument comes first is open
+        # Which argument comes first is open, but where the template sorts them.
+        assert "unit" not in text and ("city" not in text or fmt in SORTED)
     result = replay(spec, fmt, ct, weather, [answer([CALLS[0]])])
     assert result.mismatches == 0 and result.by_kind["name"] == 0
 
@@ -167,7 +174,7 @@ def test_a_tool_without_arguments_is_filled_through_its_closing_markup(spec: str
     # What the model would write, up to the end of the arguments (where the last id may
     # merge with what follows: mistral's "}" with "]" or ", ") or to a per-call id.
     assert list(proposal.ids) == truth[: len(proposal.ids)]
-    lay = get_format(fmt).locate(whole, len(prompt), "ping", {})
+    lay = get_format(fmt).locate(whole, turn_start(prompt, whole), "ping", {})
     assert lay is not None
     cut = min([lay.close - 1, *(s for s, _ in lay.varying if s >= lay.name[0])])
     if fmt not in IDS:

@@ -8,8 +8,8 @@
 
 from __future__ import annotations
 
-from ffwd.templates.formats.named import Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Named
 
 OPEN, CLOSE = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 V31 = named_format("deepseek_v31", Named(

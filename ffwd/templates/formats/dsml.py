@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 from ffwd.templates.formats.markers import TYPE
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 PAIRS = Kv('<｜DSML｜parameter name="', ('" string="', TYPE, '">'), "</｜DSML｜parameter>\n",
            is_string=lambda flag: flag == "true")

@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 from ffwd.templates.formats.markers import ID
-from ffwd.templates.formats.named import Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Named
 
 FUNCTIONARY = named_format("functionary", Named("<function=", ">", "</function>"),
                            models="Functionary v3.1")

@@ -6,8 +6,8 @@ with or without the newlines.
 
 from __future__ import annotations
 
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 FORMAT = named_format("glm", Named(
     "<tool_call>", "\n", "</tool_call>",

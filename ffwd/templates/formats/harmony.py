@@ -29,8 +29,9 @@ from typing import Any
 from ffwd.templates.formats.base import CallLayout, ParseState, ToolFormat
 from ffwd.templates.formats.marker import held_suffix
 from ffwd.templates.formats.markers import HEAD, Slot
-from ffwd.templates.formats.named import Named, NamedParser, Part
+from ffwd.templates.formats.named import NamedParser, Part
 from ffwd.templates.formats.named_layout import locate_named
+from ffwd.templates.formats.named_spec import Named
 
 SPEC = Named("to=functions.", (HEAD, "<|message|>"), "<|call|>")
 MESSAGE, HEADERS = "<|message|>", ("<|start|>", "<|channel|>")

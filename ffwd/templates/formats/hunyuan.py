@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 FORMAT = named_format("hunyuan", Named(
     "<tool_call:opensource>", "<tool_sep:opensource>\n", "</tool_call:opensource>\n",

@@ -9,8 +9,8 @@
 from __future__ import annotations
 
 from ffwd.templates.formats.markers import INDEX, TYPE
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 K2 = named_format("kimi_k2", Named(
     "<|tool_call_begin|>functions.", (":", INDEX, "<|tool_call_argument_begin|>"),

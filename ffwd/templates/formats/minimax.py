@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 from ffwd.templates.formats.markers import KEY
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 M = "]<]minimax[>["
 M2 = named_format("minimax_m2", Named(

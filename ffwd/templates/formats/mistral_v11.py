@@ -8,8 +8,8 @@ Mistral's v11+ tokenizers (Devstral, Magistral, Ministral 3); Mistral Small
 from __future__ import annotations
 
 from ffwd.templates.formats.markers import ID
-from ffwd.templates.formats.named import Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Named
 
 FORMAT = named_format("mistral_v11", Named("[TOOL_CALLS]", "[ARGS]"),
                       models="Devstral, Magistral, Ministral 3")

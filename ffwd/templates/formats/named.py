@@ -11,6 +11,7 @@ in them matches any, and slots stand for what varies by call.
 incrementally (the `ToolParser` protocol) and `locate_named(spec, ...)`
 finds a rendered call's parts for the row compiler.
 
+>>> from ffwd.templates.formats.named_spec import Kv, Named
 >>> glm = Named("<tool_call>", "\\n", "</tool_call>",
 ...             kv=Kv("<arg_key>", "</arg_key>\\n<arg_value>", "</arg_value>\\n"))
 >>> p = NamedParser(glm)
@@ -22,8 +23,7 @@ finds a rendered call's parts for the row compiler.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -31,32 +31,8 @@ from ffwd.templates.formats.base import ParseState, ToolCall, ToolCallDelta
 from ffwd.templates.formats.jsonscan import JsonScan
 from ffwd.templates.formats.marker import MarkerParser, held_suffix
 from ffwd.templates.formats.markers import WS, Atom, Choice, Marker, Slot, atoms, first_word, text
+from ffwd.templates.formats.named_spec import Named, ObjectScan
 from ffwd.templates.formats.values import convert_value, property_schemas
-
-
-@dataclass(frozen=True)
-class Kv:
-    """Arguments as key/value pairs; `is_string` reads a `TYPE` slot's text (DSML's
-    ``string="true"``) as whether the value is raw text."""
-
-    key_open: Marker
-    key_close: Marker
-    value_close: Marker
-    is_string: Callable[[str], bool] | None = None
-
-
-@dataclass(frozen=True)
-class Named:
-    call_open: Marker
-    name_close: Marker
-    call_close: Marker = ""
-    section_open: Marker = ""
-    section_close: Marker = ""
-    kv: Kv | None = None  # None: the arguments are one JSON object
-
-    @property
-    def open_marker(self) -> str:
-        return first_word(self.section_open or self.call_open)
 
 
 class Part(Enum):
@@ -96,7 +72,7 @@ class NamedParser(MarkerParser):
         self._field: list[str] = []
         self._choice: Choice | None = None
         self._choice_at = 0
-        self._json: JsonScan | None = None
+        self._json: ObjectScan | None = None
         self._name: str | None = None
         self._tool: str | None = None
         self._key: str | None = None
@@ -259,13 +235,13 @@ class NamedParser(MarkerParser):
 
     def _json_char(self, c: str) -> str | None:
         if self._json is None:
-            self._json = JsonScan()
+            self._json = self.spec.dialect.scan() if self.spec.dialect else JsonScan()
+        written = len(self._json.chars)
         got = self._json.feed(c)
         if got is False:
             self._fail()
             return None
-        if self._json.chars:
-            self._frag.append(c)
+        self._frag.extend(self._json.chars[written:])
         if got:
             if not isinstance(self._json.value(), dict):
                 self._fail()

@@ -8,7 +8,7 @@ being over (`end`: the second character of its closing marker, which a value
 rarely holds; its last, where the marker repeats the key), and to the arguments
 being complete (`close`).
 
->>> from ffwd.templates.formats.named import Kv, Named
+>>> from ffwd.templates.formats.named_spec import Kv, Named
 >>> spec = Named("<tool_call>", "\\n", "</tool_call>", kv=Kv("<k>", "</k><v>", "</v>"))
 >>> t = "<tool_call>f\\n<k>a</k><v>x</v></tool_call>"
 >>> lay = locate_named(spec, t, 0, "f", {"a": "x"})
@@ -25,7 +25,8 @@ from ffwd.fill.prefix import common_prefix
 from ffwd.templates.formats.base import ArgLayout, CallLayout, ToolFormat
 from ffwd.templates.formats.jsonlayout import json_arguments
 from ffwd.templates.formats.markers import KEY, find, first_word, groups, match, parts, text
-from ffwd.templates.formats.named import Kv, Named, NamedParser
+from ffwd.templates.formats.named import NamedParser
+from ffwd.templates.formats.named_spec import Kv, Named
 
 
 def locate_named(
@@ -51,7 +52,7 @@ def locate_named(
         a0 = after.end()
         while a0 < len(text_) and text_[a0].isspace():
             a0 += 1
-        found = json_arguments(text_, a0, args)
+        found = (spec.dialect.layout if spec.dialect else json_arguments)(text_, a0, args)
         if found is None:
             return None
         layouts, a1 = found
@@ -122,5 +123,6 @@ def named_format(name: str, spec: Named, models: str = "", *, parallel: bool = T
         return locate_named(spec, text_, start, fn, args)
 
     return ToolFormat(name, spec.open_marker, parser, locate,
-                      arguments="pairs" if spec.kv else "json", parallel=parallel,
+                      arguments="pairs" if spec.kv else spec.dialect.name if spec.dialect
+                      else "json", parallel=parallel,
                       builtin=builtin, models=models)

@@ -14,8 +14,8 @@ Values are raw text, typed by the tool's schema when read back
 
 from __future__ import annotations
 
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 SPEC = Named("<tool_call>\n<function=", ">\n", "</function>\n</tool_call>",
              kv=Kv("<parameter=", ">\n", "\n</parameter>\n"))

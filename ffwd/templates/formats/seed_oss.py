@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from ffwd.templates.formats.named import Kv, Named
 from ffwd.templates.formats.named_layout import named_format
+from ffwd.templates.formats.named_spec import Kv, Named
 
 FORMAT = named_format("seed_oss", Named(
     "<seed:tool_call>\n<function=", ">\n", "</function>\n</seed:tool_call>",

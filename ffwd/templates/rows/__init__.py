@@ -113,7 +113,7 @@ def _build(
     for cs in by_tool.values():
         key_rows(table, cs, renderer.encode)
     value_end_rows(table, calls)
-    close_rows(table, [*calls, *found.probes])
+    close_rows(table, [*calls, *found.probes, *found.trailed])
     delimiters(table, [*calls, *found.probes])
 
 

@@ -142,9 +142,11 @@ class Call:
         return self.view(i, min(self.more - 1, self.end))
 
     def view(self, i: int, cap: float) -> View:
-        """From token `i` up to `cap`, and never into markup that varies by call."""
+        """From token `i` up to `cap`, never into markup that varies by call nor into
+        an argument's value (Gemma's ``<|"|>`` quote may merge with either side)."""
         at = self.r.starts[i] if i < len(self.r.starts) else float("inf")
-        cap = min([cap, *(t for s, t in self.stops if s >= at)])
+        values = (a.value_span[0] for a in self.lay.args if a.value_span[0] >= at)
+        cap = min([cap, *(t for s, t in self.stops if s >= at), *values])
         return self.r, i, cap, cap >= self.end and not self.last
 
 
@@ -152,12 +154,14 @@ class Call:
 class Renderings:
     """What the row builders read: every variant of every tool as a call
     (several turns per rendering), the probe calls (closing shapes only), the
-    extra occurrences of a marker (a second call, a call after content), and
-    the last ids every generation prompt ends with."""
+    extra occurrences of a marker (a second call, a call after content), the
+    calls that content follows in their turn (Gemma 4 writes a turn's text after
+    its calls), and the last ids every generation prompt ends with."""
 
     calls: list[Call]
     probes: list[Call]
     extras: list[Call]
+    trailed: list[Call]
     prompt_tail: list[int]
 
 
@@ -247,12 +251,15 @@ class Renderer:
             return Call(r, name, lay, start, more, end, last, self._stops(r, lay))
 
         extras: list[Call] = []
-        for r, (calls, _) in zip(extra_r, _extra_specs(call0), strict=False):
+        trailed: list[Call] = []
+        for r, (calls, content) in zip(extra_r, _extra_specs(call0), strict=False):
             try:
                 lays = self.locate(r, calls, a0)
             except ValueError:
                 continue  # a template may drop calls beside content (DeepSeek R1's)
             extras.extend(call(r, name0, lay, a0) for lay in lays)
+            if content and r.text.find(content, lays[-1].close) >= 0:
+                trailed.append(extras[-1])
         jobs = [(t["function"]["name"], args) for round_ in _rounds(tools) for t, args in round_]
         # One-key calls whose values end in every common way: how a value's end
         # merges with the closing markup does not depend on the tool.
@@ -271,7 +278,8 @@ class Renderer:
         else:
             raise ValueError("the chat template renders calls differently in longer conversations")
         split = len(out) - len(PROBE_VALUES)
-        return Renderings([head_call, *out[:split]], out[split:], extras, self._prompt_tail(first))
+        return Renderings([head_call, *out[:split]], out[split:], extras, trailed,
+                          self._prompt_tail(first))
 
     def _prompt_tail(self, tool: Mapping[str, Any]) -> list[int]:
         """The last ids (at most 3) of every generation prompt, whatever the user
