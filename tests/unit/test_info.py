@@ -149,6 +149,7 @@ def test_info_reports_the_attention_table_once_measured(
 def test_measure_cost_replaces_a_stale_table(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    import ffwd.engine.cost.measure
     import ffwd.models
     import ffwd.models.costs
     import ffwd.models.load
@@ -160,12 +161,16 @@ def test_measure_cost_replaces_a_stale_table(
         monkeypatch.setattr(module, "cost_curve_path", lambda *a: tmp_path / "costs.json")
     # However busy this machine is, the new table is kept (busy ones are tested apart).
     monkeypatch.setattr(ffwd.models.costs, "BUSY", 1.01)
+    # and its deep phase has the time it needs (a busy machine's budget would cut it
+    # short of a second depth, which is what this test reads).
+    monkeypatch.setattr(ffwd.engine.cost.measure, "BUDGET_S", 120.0)
     stale = flat({1: 999.0, 2: 999.0}, {1: 999.0, 2: 999.0}, max_append=512)
     table = AttentionTable({"flash/q8_0": Measured(stale, 1.0)}, "flash/q8_0", "stale")
     (tmp_path / "costs.json").write_text(json.dumps(table.as_dict()))
-    # One path (flash attention on an f16 cache) keeps the measurement short.
+    # One path (flash attention on an f16 cache) and a 2048-id window (one depth past
+    # the shallow one) keep the measurement short.
     argv = ["info", "--json", "--device", "cpu", "--threads", "1", "--flash-attn", "on",
-            "--kv-cache", "f16", "--measure-cost"]
+            "--kv-cache", "f16", "--context", "2048", "--measure-cost"]
     assert ffwd_main(argv) == 0
     assert "999" not in json.loads(capsys.readouterr().out)["cost_surface"]
     fresh = AttentionTable.from_dict(json.loads((tmp_path / "costs.json").read_text()))

@@ -52,7 +52,7 @@ Progress = Callable[[str], None]
 def measure(
     backend: Backend, *, context: int = 96, repeats: int = 3, points: Sequence[int] = POINTS,
     depths: Sequence[int] | None = None, widths: Sequence[int] = WIDTHS,
-    budget_s: float = BUDGET_S, progress: Progress | None = None,
+    budget_s: float | None = None, progress: Progress | None = None,
 ) -> CostSurface:
     """The backend's `CostSurface` (see the module docstring). `depths` defaults to
     `DEPTHS` and half the context window; ``()`` measures the shallow phase only."""
@@ -70,7 +70,8 @@ def measure(
     surface = CostSurface({context: rows}, {context: last}, chunk, undo)
     if backend.can_rewind and chunk >= max(points):
         _deep(backend, surface, [d for d in depths if context < d <= window - chunk],
-              [w for w in widths if w <= chunk], repeats, budget_s, progress)
+              [w for w in widths if w <= chunk], repeats,
+              BUDGET_S if budget_s is None else budget_s, progress)
     backend.reset()
     return surface
 
