@@ -31,9 +31,22 @@ def load_tokenizer(spec: str | os.PathLike[str] | ModelRef) -> Any:
     tok = read_cached(cached, lambda p: AutoTokenizer.from_pretrained(check_tree(p)),
                       "converted tokenizer")
     if tok is None:
-        tok = AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
+        tok = _convert(ref)
         save_tree(tok, cached, "converted tokenizer")
     templates = gguf_meta(ref.path).templates
     if len(templates) > 1:
         tok.chat_template = templates
     return tok
+
+
+def _convert(ref: ModelRef) -> Any:
+    """The GGUF's vocabulary as a fast tokenizer. transformers reads the model's
+    config to pick the tokenizer's class, and fails on architectures it cannot map
+    (Gemma 4's per-layer ``num_key_value_heads``): then the vocabulary alone."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    try:
+        return AutoTokenizer.from_pretrained(ref.directory, gguf_file=ref.gguf_file)
+    except (StrictDataclassError, ValueError, KeyError, TypeError):
+        return PreTrainedTokenizerFast.from_pretrained(ref.directory, gguf_file=ref.gguf_file)

@@ -18,7 +18,7 @@ from ffwd.templates.formats.probe import assistant_message as answer
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from ffwd.templates.turns import turn_start
-from tests.unit._collection import template_for, written_formats
+from tests.unit._collection import need_models, template_for, written_formats
 from tests.unit._tokenizers import SPECS, tokenizer
 
 STR = {"type": "string"}
@@ -179,6 +179,19 @@ def test_a_tool_without_arguments_is_filled_through_its_closing_markup(spec: str
     cut = min([lay.close - 1, *(s for s, _ in lay.varying if s >= lay.name[0])])
     if fmt not in IDS:
         assert whole[lay.name[0] : cut] in decode(spec, proposal.ids)
+
+
+def test_gemma4_on_its_own_vocabulary_asserts_the_opening_quotes() -> None:
+    """Gemma 4's vocabulary has ``<|"|>`` as an added token, which merges with nothing:
+    there a key's row runs on through a string's opening quote."""
+    spec = str(need_models() / "ggml-vocab-gemma-4.gguf")
+    ct = compiled(spec, "gemma4", TOOLS, "auto")
+    result = replay(spec, "gemma4", ct, TOOLS, [answer([c]) for c in CALLS])
+    assert result.mismatches == 0, result.examples
+    quote = tokenizer(spec).convert_tokens_to_ids('<|"|>')
+    keys = [r for r in ct.plan.rows if r.kind == "key"]
+    assert any(r.emit[-1] == quote for r in keys)
+    assert result.injected > result.tokens // 4
 
 
 @pytest.mark.parametrize("spec", SPECS)

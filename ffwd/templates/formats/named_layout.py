@@ -36,7 +36,8 @@ def locate_named(
     call = find(text_, spec.call_open, start)
     if call is None:
         return None
-    opened = call.start(), call.start() + len(first_word(spec.call_open))
+    opener = first_word(spec.call_open) if spec.section_open else spec.open_marker
+    opened = call.start(), call.start() + len(opener)
     if spec.section_open:
         section = find(text_, spec.section_open, start)
         if section is not None and section.end() <= call.start() and not (

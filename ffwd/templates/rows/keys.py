@@ -97,6 +97,6 @@ def _key_run(table: RowTable, occurrences: list[Occurrence],
         tails.append(c.run(i))
     run = common(tails, table.eos)
     c, arg = occurrences[0]
-    run = _before_any_value(run, c.r.text[arg.key_span[0] : arg.value_span[0]], encode)
+    run = _before_any_value(run, c.r.text[arg.key_span[0] : c.value_start(arg)], encode)
     width = c.r.tok(arg.key_span[1] - 1) - c.r.tok(arg.key_span[0]) + 1
     return run if len(run) >= width else None

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ffwd.templates.formats import ToolFormat
-from ffwd.templates.formats.base import CallLayout
+from ffwd.templates.formats.base import ArgLayout, CallLayout
 from ffwd.templates.formats.probe import assistant_message
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows.align import Text, View, lcp
@@ -77,11 +77,11 @@ def _enum(schema: Mapping[str, Any]) -> list[Any]:
 def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Argument objects to render one tool with: every key meets every
     sentinel slot (and every value of a short enum), every key comes first
-    once (a lone key where the rotations run out), and ``{}`` when no key is
-    required.
+    once (a lone key where the rotations run out), and the required keys alone
+    (``{}`` when none is).
 
     >>> variants({"properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"]})
-    [{'a': 7, 'b': -3, 'c': ''}, {'b': '', 'c': -3, 'a': -3}, {'c': ''}]
+    [{'a': 7, 'b': -3, 'c': ''}, {'b': '', 'c': -3, 'a': -3}, {'c': ''}, {'a': 7}]
     >>> variants({"properties": {"u": {"enum": ["c", "f", "k"]}}})
     [{'u': 'c'}, {'u': 'f'}, {'u': 'k'}, {}]
     """
@@ -98,8 +98,11 @@ def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
     ]
     out += [{key: sentinel(schema, 0)} for key, schema in props[SLOTS:]]
     out += [{key: value} for key, schema in props for value in _enum(schema)[SLOTS:]]
-    if not parameters.get("required"):
-        out.append({})
+    # The required keys alone (``{}`` when none is): a template that sorts the keys
+    # (Gemma 4's) otherwise always writes the same optional key first.
+    required = set(parameters.get("required") or ())
+    if len(required & {k for k, _ in props}) < n:
+        out.append({key: sentinel(schema, 0) for key, schema in props if key in required})
     return out
 
 
@@ -119,6 +122,12 @@ class Call:
     # determined markup before it ends (the start, or a character earlier where the
     # token touching it is text that may merge with what the model writes there).
     stops: tuple[tuple[int, int], ...] = ()
+    # Per argument: where the model's part of its value starts (past an added token
+    # the value opens with, Gemma's ``<|"|>``, which nothing merges with).
+    values: tuple[int, ...] = ()
+
+    def value_start(self, arg: ArgLayout) -> int:
+        return self.values[self.lay.args.index(arg)] if self.values else arg.value_span[0]
 
     @property
     def clean(self) -> bool:
@@ -145,7 +154,7 @@ class Call:
         """From token `i` up to `cap`, never into markup that varies by call nor into
         an argument's value (Gemma's ``<|"|>`` quote may merge with either side)."""
         at = self.r.starts[i] if i < len(self.r.starts) else float("inf")
-        values = (a.value_span[0] for a in self.lay.args if a.value_span[0] >= at)
+        values = (self.value_start(a) for a in self.lay.args if a.value_span[0] >= at)
         cap = min([cap, *(t for s, t in self.stops if s >= at), *values])
         return self.r, i, cap, cap >= self.end and not self.last
 
@@ -221,6 +230,17 @@ class Renderer:
             out.append((s, s if held else s - 1))
         return tuple(out)
 
+    def _values(self, r: Text, lay: CallLayout) -> tuple[int, ...]:
+        """`Call.values`: each value's start, past the added tokens it opens with."""
+        out = []
+        for a in lay.args:
+            s, i = a.value_span[0], r.tok(a.value_span[0])
+            while (i < len(r.ids) and r.starts[i] == s and r.ids[i] in self.added
+                   and r.ends[i] < a.value_span[1]):
+                s, i = r.ends[i], i + 1
+            out.append(s)
+        return tuple(out)
+
     def renderings(self, tools: Sequence[Mapping[str, Any]]) -> Renderings:
         """Every variant of every tool rendered (see `Renderings`)."""
         first = tools[0]
@@ -248,7 +268,8 @@ class Renderer:
             shared = _shared(tail, here)
             inner = inner_len if shared == len(tail) else min(inner_len, shared - 1)
             end = lay.close + (turn_len if last else inner)
-            return Call(r, name, lay, start, more, end, last, self._stops(r, lay))
+            return Call(r, name, lay, start, more, end, last, self._stops(r, lay),
+                        self._values(r, lay))
 
         extras: list[Call] = []
         trailed: list[Call] = []
