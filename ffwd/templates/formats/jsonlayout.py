@@ -48,8 +48,14 @@ def locate_json_call(
     if found is None:
         return None
     layouts, a1 = found
-    # A string member before the name is the call's own (Command-R's "tool_call_id").
-    ids = tuple(m.span(1) for m in _MEMBER.finditer(text, obj, ns))
+    # A string member before the name or after the arguments is the call's own
+    # (Command-R's "tool_call_id", Mistral Nemo's "id").
+    try:
+        _, end = _DECODER.raw_decode(text, obj)
+    except json.JSONDecodeError:
+        end = a1
+    ids = tuple(m.span(1) for m in (*_MEMBER.finditer(text, obj, ns),
+                                    *_MEMBER.finditer(text, a1, end)))
     return CallLayout(opened, (ns + 1, ns + len(qname) - 1), layouts, a1 - 1, varying=ids)
 
 

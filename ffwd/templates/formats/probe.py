@@ -28,12 +28,12 @@ USER = {"role": "user", "content": "Weather and time in Paris?"}
 
 
 def assistant_message(calls: Sequence[tuple[str, Mapping[str, Any]]],
-                      content: str | None = None) -> dict[str, Any]:
-    """An assistant turn making `calls` as clients send it back: each call with its id
-    (templates write ids: Solar's, Mistral's, Command-R's)."""
+                      content: str | None = None, first_id: int = 0) -> dict[str, Any]:
+    """An assistant turn making `calls` as clients send it back: each call with its id,
+    ``call{first_id}`` on (templates write ids: Solar's, Mistral's, Command-R's)."""
     return {"role": "assistant", "content": content, "tool_calls": [
-        {"id": f"call{i}", "type": "function", "function": {"name": n, "arguments": dict(a)}}
-        for i, (n, a) in enumerate(calls)]}
+        {"id": f"call{first_id + i}", "type": "function",
+         "function": {"name": n, "arguments": dict(a)}} for i, (n, a) in enumerate(calls)]}
 
 
 def probe_turn(template: str, calls: Sequence[tuple[str, Mapping[str, Any]]],

@@ -112,7 +112,7 @@ def _build(
     name_rows(table, calls[0], runs, by_tool, len(shared))
     for cs in by_tool.values():
         key_rows(table, cs, renderer.encode)
-    value_end_rows(table, calls)
+    value_end_rows(table, calls, renderer.encode)
     close_rows(table, [*calls, *found.probes, *found.trailed])
     delimiters(table, [*calls, *found.probes])
 

@@ -11,8 +11,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ffwd.templates.formats.base import AllKeysUsed, AtPosition, OnlyKeyLeft
 from ffwd.templates.rows.align import View, common
+from ffwd.templates.rows.keys import before_any_value
 from ffwd.templates.rows.sentinels import Call
 from ffwd.templates.rows.table import Point, RowTable
 
@@ -20,7 +23,8 @@ from ffwd.templates.rows.table import Point, RowTable
 Follow = tuple[Call, str, str, View, int]
 
 
-def value_end_rows(table: RowTable, calls: list[Call]) -> None:
+def value_end_rows(table: RowTable, calls: list[Call], encode: Callable[[str], list[int]]
+                   ) -> None:
     """Formats that mark a value's end (XML): the markup up to the next
     parameter, or, once every key is written, up to the end of the call."""
     ends: dict[Point, list[View]] = {}
@@ -40,7 +44,7 @@ def value_end_rows(table: RowTable, calls: list[Call]) -> None:
                 nxt = args[i + 1]
                 ends.setdefault(point, []).append(c.view(t + 1, nxt.lead))
                 key = c.r.text[slice(*nxt.key_span)]
-                view = c.view(t + 1, nxt.value_span[0])
+                view = c.view(t + 1, c.value_start(nxt))
                 follows.setdefault(point, []).append((c, tool, key, view, nxt.key_span[0]))
             else:
                 ends.setdefault(point, []).append(c.view(t + 1, c.lay.close))
@@ -51,15 +55,16 @@ def value_end_rows(table: RowTable, calls: list[Call]) -> None:
     for point, views in ends.items():
         base = common(views, table.eos)
         table.add([point[0]], base, "close", AtPosition(table.wheres[point]))
-        _next_parameter(table, len(base), follows.get(point, []), keys)
+        _next_parameter(table, len(base), follows.get(point, []), keys, encode)
 
 
 def _next_parameter(
-    table: RowTable, skip: int, follows: list[Follow], keys: dict[str, frozenset[str]]
+    table: RowTable, skip: int, follows: list[Follow], keys: dict[str, frozenset[str]],
+    encode: Callable[[str], list[int]],
 ) -> None:
     """After a value's closing markup, the id that picks another parameter
     over the end of the call -> that parameter's opening markup, or, when a
-    single key is left, all of it up to the value."""
+    single key is left, all of it up to the value (but what may merge with it)."""
     branches: dict[int, list[Follow]] = {}
     for f in follows:
         r, i = f[3][0], f[3][1]
@@ -75,7 +80,10 @@ def _next_parameter(
             markup.append((r, i + skip + 1, min(cap, k0), soft))
         for (tool, key), views in by_key.items():
             rule = OnlyKeyLeft(where, tool, key, keys[tool] - {key})
-            table.add([branch], common(views, table.eos), "key", rule)
+            r, start, cap, _ = views[0]
+            opening = r.text[r.starts[start] : int(cap)] if start < len(r.ids) else ""
+            run = before_any_value(common(views, table.eos), opening, encode)
+            table.add([branch], run, "key", rule)
         table.add([branch], common(markup, table.eos), "key", AtPosition(where))
 
 

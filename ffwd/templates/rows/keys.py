@@ -75,7 +75,7 @@ def _only_key_left(
             table.add([point[0]], [*between, *run], "key", rule)
 
 
-def _before_any_value(run: list[int], markup: str, encode: Callable[[str], list[int]]
+def before_any_value(run: list[int], markup: str, encode: Callable[[str], list[int]]
                       ) -> list[int]:
     """The part of `run` that stays the same whatever value follows the markup: its
     last character may merge with the value (``|`` + ``>X`` before one, ``|>`` + ``P``
@@ -97,6 +97,6 @@ def _key_run(table: RowTable, occurrences: list[Occurrence],
         tails.append(c.run(i))
     run = common(tails, table.eos)
     c, arg = occurrences[0]
-    run = _before_any_value(run, c.r.text[arg.key_span[0] : c.value_start(arg)], encode)
+    run = before_any_value(run, c.r.text[arg.key_span[0] : c.value_start(arg)], encode)
     width = c.r.tok(arg.key_span[1] - 1) - c.r.tok(arg.key_span[0]) + 1
     return run if len(run) >= width else None

@@ -22,88 +22,16 @@ from ffwd.templates.formats.base import ArgLayout, CallLayout
 from ffwd.templates.formats.probe import assistant_message
 from ffwd.templates.render import render_chat
 from ffwd.templates.rows.align import Text, View, lcp
+from ffwd.templates.rows.variants import PROBE_KEY, PROBE_VALUES, rounds, variants
 from ffwd.templates.turns import turn_start
 
-SLOTS = 2  # sentinel values per type; every key meets each of them
-ENUM_MAX = 8  # enums up to this size are rendered value by value
 TURNS = 64  # calls per rendering (one assistant turn each)
 USER = {"role": "user", "content": "Hi"}
 PROMPT_ENDINGS = ("Hi", "Is it 5?")  # user turns that end in a letter, in punctuation
 CONTENT = "Ok."
-
-# Two sentinel values per JSON type whose first characters both merge with what
-# precedes a value (the opening quote, the space), in different ways: where the
-# renderings part, any value could.
-SENTINELS: dict[str, tuple[Any, ...]] = {
-    "string": ("", "-1"),
-    "integer": (7, -3),
-    "number": (1.5, -2),
-    "boolean": (True, False),
-    "array": ([], ["-1"]),
-    "object": ({}, {"Vx": 1}),
-    "null": (None, None),
-}
-MIXED = ("", -3)
-PROBE_KEY = "k"
-PROBE_VALUES: tuple[Any, ...] = (
-    "Vx", "-1", "", 7, -3, 1.5, True, False, None, [], ["Vx"], [7], {}, {"Vx": 1},
-)
+HEAD_ID = "call_head"  # the lone call's id, wherever it marks where the turns begin
 
 Job = tuple[str, dict[str, Any]]  # (tool name, arguments) of one rendered call
-
-
-def sentinel(schema: Mapping[str, Any], slot: int) -> Any:
-    """The sentinel value for a property schema in rendering slot `slot`: an
-    enum's own values (`variants` renders the rest of a short enum), else the
-    type's sentinels.
-
-    >>> sentinel({"type": "integer"}, 1), sentinel({"enum": ["c", "f", "k"]}, 1)
-    (-3, 'f')
-    """
-    enum = _enum(schema)
-    if enum:
-        return enum[slot % len(enum)]
-    kind = schema.get("type")
-    values = SENTINELS.get(kind, MIXED) if isinstance(kind, str) else MIXED
-    return values[slot % SLOTS]
-
-
-def _enum(schema: Mapping[str, Any]) -> list[Any]:
-    """The enum values, when there are few enough to render them all."""
-    enum = schema.get("enum")
-    return enum if isinstance(enum, list) and 0 < len(enum) <= ENUM_MAX else []
-
-
-def variants(parameters: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Argument objects to render one tool with: every key meets every
-    sentinel slot (and every value of a short enum), every key comes first
-    once (a lone key where the rotations run out), and the required keys alone
-    (``{}`` when none is).
-
-    >>> variants({"properties": {"a": {"type": "integer"}, "b": {}, "c": {}}, "required": ["a"]})
-    [{'a': 7, 'b': -3, 'c': ''}, {'b': '', 'c': -3, 'a': -3}, {'c': ''}, {'a': 7}]
-    >>> variants({"properties": {"u": {"enum": ["c", "f", "k"]}}})
-    [{'u': 'c'}, {'u': 'f'}, {'u': 'k'}, {}]
-    """
-    props = list((parameters.get("properties") or {}).items())
-    if not props:
-        return [{}]
-    n = len(props)
-    out = [
-        {
-            props[i][0]: sentinel(props[i][1], (r + i) % SLOTS)
-            for i in [(r + j) % n for j in range(n)]
-        }
-        for r in range(SLOTS)
-    ]
-    out += [{key: sentinel(schema, 0)} for key, schema in props[SLOTS:]]
-    out += [{key: value} for key, schema in props for value in _enum(schema)[SLOTS:]]
-    # The required keys alone (``{}`` when none is): a template that sorts the keys
-    # (Gemma 4's) otherwise always writes the same optional key first.
-    required = set(parameters.get("required") or ())
-    if len(required & {k for k, _ in props}) < n:
-        out.append({key: sentinel(schema, 0) for key, schema in props if key in required})
-    return out
 
 
 @dataclass
@@ -187,8 +115,19 @@ class Renderer:
         self.tokenizer = tokenizer
         self.backend = backend
         self.added = frozenset(getattr(tokenizer, "added_tokens_decoder", {}))
+        self._calls = 0  # calls rendered so far (each gets its own id)
         self.template = template
         self.fmt = fmt
+
+    def _turn(self, calls: Sequence[Job], content: str | None = None,
+              same_as: str | None = None) -> dict[str, Any]:
+        """An assistant turn whose call ids no other rendered call has (an id the
+        template writes is never common markup), but its first's `same_as`."""
+        self._calls += len(calls)
+        turn = assistant_message(calls, content, self._calls - len(calls))
+        if same_as is not None:
+            turn["tool_calls"][0]["id"] = same_as
+        return turn
 
     def encode(self, text: str) -> list[int]:
         return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
@@ -281,7 +220,7 @@ class Renderer:
             extras.extend(call(r, name0, lay, a0) for lay in lays)
             if content and r.text.find(content, lays[-1].close) >= 0:
                 trailed.append(extras[-1])
-        jobs = [(t["function"]["name"], args) for round_ in _rounds(tools) for t, args in round_]
+        jobs = [(t["function"]["name"], args) for round_ in rounds(tools) for t, args in round_]
         # One-key calls whose values end in every common way: how a value's end
         # merges with the closing markup does not depend on the tool.
         jobs += [(name0, {PROBE_KEY: value}) for value in PROBE_VALUES]
@@ -327,9 +266,9 @@ class Renderer:
         chunks = [jobs[i : i + turns] for i in range(0, len(jobs), turns)]
         conversations = []
         for chunk in chunks:
-            messages: list[dict[str, Any]] = [USER, assistant_message([head])]
+            messages: list[dict[str, Any]] = [USER, self._turn([head], None, HEAD_ID)]
             for job in chunk:
-                turn = assistant_message([job])
+                turn = self._turn([job])
                 messages += [USER, turn] if users else [turn]
             conversations.append(messages)
         for chunk, r in zip(chunks, self.render(conversations, tool), strict=True):
@@ -349,13 +288,14 @@ class Renderer:
 
     def _render_extras(self, tool: Mapping[str, Any], call0: Job) -> list[Text]:
         """The lone call, then (where the template allows) two calls in one turn
-        and a call after content."""
-        out = self.render([[USER, assistant_message([call0])]], tool)
+        and a call after content; the first call is `HEAD_ID` in each, so that
+        they part where the turns do (`_close_delta`)."""
+        out = self.render([[USER, self._turn([call0], None, HEAD_ID)]], tool)
         for calls, content in _extra_specs(call0):
             if len(calls) > 1 and not self.fmt.parallel:
                 break
             try:
-                out += self.render([[USER, assistant_message(calls, content)]], tool)
+                out += self.render([[USER, self._turn(calls, content, HEAD_ID)]], tool)
             except ValueError:
                 break
         return out
@@ -377,12 +317,3 @@ def _shared(a: str, b: str) -> int:
     """How many leading characters `a` and `b` share."""
     return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
                 min(len(a), len(b)))
-
-
-def _rounds(
-    tools: Sequence[Mapping[str, Any]],
-) -> list[list[tuple[Mapping[str, Any], dict[str, Any]]]]:
-    """Round r holds every tool's r-th variant, so neighbouring turns differ."""
-    per_tool = [(t, variants(t["function"]["parameters"])) for t in tools]
-    depth = max(len(v) for _, v in per_tool)
-    return [[(t, v[r]) for t, v in per_tool if r < len(v)] for r in range(depth)]
