@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ffwd.templates.formats.base import ArgLayout
+from ffwd.templates.formats.jsonscan import ObjectRead
 from ffwd.templates.formats.named_layout import named_format
 from ffwd.templates.formats.named_spec import Dialect, Named
 
@@ -27,38 +28,19 @@ _BARE = {"true": "true", "false": "false", "null": "null", "": "null",
          "True": "true", "False": "false", "None": "null"}
 
 
-class GemmaScan:
+class GemmaScan(ObjectRead):
     """Gemma's object in, its JSON out (``chars``); the `JsonScan` interface."""
 
     def __init__(self) -> None:
-        self.chars: list[str] = []  # the JSON written so far
-        self.stack: list[list[str]] = []  # per container: [kind, expect]
-        self.in_str = False
-        self.scalar = False
-        self.key: str | None = None  # the top-level key being written
-        self._used: list[str] = []
+        super().__init__()
         self._buf: list[str] = []  # a key's, a bare value's or a quote's characters
         self._quoting = False  # reading a string's opening quote
-
-    @property
-    def text(self) -> str:
-        return "".join(self.chars)
-
-    @property
-    def used(self) -> tuple[str, ...]:
-        return tuple(self._used)
 
     @property
     def where(self) -> tuple[object, ...]:
         top = self.stack[-1] if self.stack else ["", ""]
         return (len(self.stack), top[1], self.in_str, self._quoting, self.scalar,
                 len(self._buf) if self.in_str or self._quoting else 0)
-
-    def value(self) -> object:
-        try:
-            return json.loads(self.text)
-        except json.JSONDecodeError:
-            return None
 
     def feed(self, c: str) -> bool | None:
         if not self.stack:

@@ -18,8 +18,9 @@ import json
 _SCALAR = set("0123456789+-.eEtruefalsn")
 
 
-class JsonScan:
-    """An object's characters in, its structure out (module docstring)."""
+class ObjectRead:
+    """What a scan of one arguments object has read: ``chars``, the JSON text it
+    reads as; the top-level keys written; where it stands (container stack)."""
 
     def __init__(self) -> None:
         self.chars: list[str] = []
@@ -28,9 +29,6 @@ class JsonScan:
         self.scalar = False
         self.key: str | None = None  # the top-level key being written
         self._used: list[str] = []
-        self._esc = False
-        self._role = ""  # what the open string is: key | value
-        self._buf: list[str] = []
 
     @property
     def text(self) -> str:
@@ -41,18 +39,28 @@ class JsonScan:
         """The top-level keys written (those whose colon is read)."""
         return tuple(self._used)
 
-    @property
-    def where(self) -> tuple[object, ...]:
-        top = self.stack[-1] if self.stack else ["", ""]
-        return (len(self.stack), top[1], self.in_str, self._role if self.in_str else "",
-                self.scalar)
-
     def value(self) -> object:
         """The finished object, or None if its text is not JSON."""
         try:
             return json.loads(self.text)
         except json.JSONDecodeError:
             return None
+
+
+class JsonScan(ObjectRead):
+    """An object's characters in, its structure out (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._esc = False
+        self._role = ""  # what the open string is: key | value
+        self._buf: list[str] = []
+
+    @property
+    def where(self) -> tuple[object, ...]:
+        top = self.stack[-1] if self.stack else ["", ""]
+        return (len(self.stack), top[1], self.in_str, self._role if self.in_str else "",
+                self.scalar)
 
     def feed(self, c: str) -> bool | None:
         if not self.stack and c.isspace():
