@@ -121,17 +121,16 @@ def _calls(skeleton: Skeleton, tools: Sequence[Mapping[str, Any]], markup: Marku
                                listed_only=fn.get("strict") is not True)
         if not params.get("properties") and "additionalProperties" not in params:
             params = {**params, "additionalProperties": False}  # no parameters: takes {}
+        name = fn["name"]
+        rules: list[str] = []  # the rules the arguments need (none for %json)
         if skeleton.arguments == "gemma":
-            name = fn["name"]
             args, rules = gemma_arguments(f"c{i}", params, markup)
-            lines += [r for r in rules if r not in lines]
         elif skeleton.pairs is None:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)
         else:
-            name = fn["name"]
             args, rules = _pair_parameters(f"c{i}", params, skeleton.pairs, markup)
-            lines += [r for r in rules if r not in lines]
+        lines += [r for r in rules if r not in lines]
         parts = [literal(name), markup.rule(skeleton.mid), args, markup.rule(skeleton.tail)]
         lines.append(f"c{i}: " + " ".join(p for p in parts if p))
         names.append(f"c{i}")
