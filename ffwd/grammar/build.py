@@ -15,12 +15,14 @@
 
 Arguments: JSON formats embed each tool's parameters schema (``%json``, in
 schema order: llguidance fixes properties to the order the schema lists
-them); Gemma 4's object is `ffwd.grammar.gemma`'s. Key/value formats
+them); Gemma 4's object is `ffwd.grammar.objects`'. Key/value formats
 (``pairs``: qwen_xml, GLM, DSML, MiniMax, ...) write each parameter with the
 markup the template's renderings show (`ffwd.grammar.skeleton.Pairs`), value
-by value: enums and consts as rendered, numbers, arrays and objects as JSON,
-booleans and null as the template writes them (``True`` or ``true``), anything
-else as raw text up to the value's closing markup. Tool arguments are closed:
+by value: enums and consts as rendered, numbers as JSON, arrays and objects as
+JSON or as Python literals (`ffwd.grammar.objects`), booleans and null as the
+template writes them (``True`` or ``true``), anything else as raw text up to the
+value's closing markup. Markup that varies by call (an id, an index) is the
+model's to write, in the shape the template's renderings show. Tool arguments are closed:
 an object schema that lists ``properties`` and does not say
 ``additionalProperties`` admits only those (``true`` or a schema re-opens it;
 ``"strict": true`` closes every object); an object inside the arguments that
@@ -39,7 +41,6 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ffwd.grammar.gemma import gemma_arguments
 from ffwd.grammar.lark import (
     Markup,
     json_rule,
@@ -48,9 +49,11 @@ from ffwd.grammar.lark import (
     regex_text,
     strict_schema,
 )
+from ffwd.grammar.objects import GEMMA, PYTHON, object_rule, value_rule
 from ffwd.grammar.skeleton import Pairs, Skeleton
 
 FREE = "FREE: /(?s:.*)/"
+EMPTY = '""'
 RESPONSE_TYPES = ("text", "json_object", "json_schema")
 
 
@@ -68,12 +71,25 @@ def tool_grammar(
     (None: free text); `marker` is the format's opening marker."""
     called = [t for t in tools if choice in ("auto", "required") or t["function"]["name"] == choice]
     lines = _calls(skeleton, called, markup)
+    if skeleton.slot:
+        lines.append(f"VARYING: /{skeleton.slot}/")
     more = f" ({markup.rule(skeleton.between)} call)*" if parallel and skeleton.between else ""
-    end = f" {markup.rule(skeleton.end)}" if skeleton.end else ""
+    end = _end(skeleton, markup)
     if choice != "auto":
         return "\n".join([f"start: {markup.rule(skeleton.lead)} call{more}{end}", *lines])
     body = f"call{more}{end}"
     return "\n".join([*_lazy(skeleton.lead, marker, body, markup, content), *lines])
+
+
+def _end(skeleton: Skeleton, markup: Markup) -> str:
+    """After the last call: the skeleton's end, or what the template writes after
+    several calls (either, however many were written)."""
+    ends = {skeleton.end, skeleton.more_end or skeleton.end}
+    written = [markup.rule(e) for e in sorted(ends) if e]
+    if not written:
+        return ""
+    optional = "?" if "" in ends else ""
+    return f" ({' | '.join(written)}){optional}" if len(ends) > 1 else f" {written[0]}"
 
 
 def content_grammar(content: str) -> str:
@@ -123,15 +139,19 @@ def _calls(skeleton: Skeleton, tools: Sequence[Mapping[str, Any]], markup: Marku
             params = {**params, "additionalProperties": False}  # no parameters: takes {}
         name = fn["name"]
         rules: list[str] = []  # the rules the arguments need (none for %json)
+        mid = markup.rule(skeleton.mid)
         if skeleton.arguments == "gemma":
-            args, rules = gemma_arguments(f"c{i}", params, markup)
+            args, rules = object_rule(GEMMA, f"c{i}", params, markup)
         elif skeleton.pairs is None:
             name = json.dumps(fn["name"], ensure_ascii=False)[1:-1]
             args = json_rule(params)
         else:
             args, rules = _pair_parameters(f"c{i}", params, skeleton.pairs, markup)
+            if skeleton.empty is not None and not params.get("required"):
+                # A call without arguments, as the template writes it.
+                mid, args = "", f"({mid} {args} | {markup.rule(skeleton.empty) or EMPTY})"
         lines += [r for r in rules if r not in lines]
-        parts = [literal(name), markup.rule(skeleton.mid), args, markup.rule(skeleton.tail)]
+        parts = [literal(name), mid, args, markup.rule(skeleton.tail)]
         lines.append(f"c{i}: " + " ".join(p for p in parts if p))
         names.append(f"c{i}")
     return [f"call: {' | '.join(names)}", *lines]
@@ -148,15 +168,16 @@ def _pair_parameters(
     seq, rules = [], []
     for j, (key, schema) in enumerate(props.items()):
         schema = schema if isinstance(schema, Mapping) else {}
-        value, lexemes = _pair_value(schema, pairs, markup)
+        rule = f"{prefix}_{j}"
+        value, lexemes = _pair_value(rule, schema, pairs, markup)
         rules += [r for r in lexemes if r not in rules]
         opening = markup.rule(pairs.open + key + pairs.between.get(_kind(schema), ""))
-        rule = f"{prefix}_{j}"
         rules.append(f"{rule}: {opening} {value}")
         seq.append(rule if key in required else f"{rule}?")
     extra = params.get("additionalProperties", True)
     if extra is not False:
-        value, lexemes = _pair_value(extra if isinstance(extra, Mapping) else {}, pairs, markup)
+        value, lexemes = _pair_value(f"{prefix}_x", extra if isinstance(extra, Mapping) else {},
+                                     pairs, markup)
         rules += [r for r in lexemes if r not in rules]
         listed = "|".join(re.escape(k) for k in props)
         key = r"/[^<>\n\"]+/" + (f" & ~/({listed})/" if listed else "")
@@ -178,7 +199,7 @@ def _kind(schema: Mapping[str, Any]) -> str:
 
 
 def _pair_value(
-    schema: Mapping[str, Any], pairs: Pairs, markup: Markup
+    name: str, schema: Mapping[str, Any], pairs: Pairs, markup: Markup
 ) -> tuple[str, list[str]]:
     """A value as the template writes it, with its closing markup, and the terminals it
     needs. A string's length bounds hold (its pattern and format are not enforced)."""
@@ -191,6 +212,9 @@ def _pair_value(
         return f"({written}) {close}", []
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if isinstance(kind, str) else []
+    if pairs.containers == "python" and kinds and set(kinds) <= {"array", "object"}:
+        value, lexemes = value_rule(PYTHON, f"{name}v", schema, markup)
+        return f"{value} {close}", lexemes
     if kinds == ["string"] and ("minLength" in schema or "maxLength" in schema):
         low, high = int(schema.get("minLength", 0)), schema.get("maxLength")
         return _text_value(pairs, markup, f"{low},{'' if high is None else int(high)}")
@@ -222,7 +246,7 @@ def _text_value(pairs: Pairs, markup: Markup, bounds: str) -> tuple[str, list[st
 def _rendered(value: Any, pairs: Pairs) -> str:
     """A value as the template writes it (JSON for containers)."""
     if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, ensure_ascii=False) if pairs.containers == "json" else repr(value)
     if isinstance(value, bool) or value is None:
         return pairs.words[json.dumps(value)]
     return str(value)

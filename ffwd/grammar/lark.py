@@ -21,6 +21,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+# Stands for markup that varies by call (a call id, an index) in the text `Markup.rule`
+# writes: the terminal of that name, whose pattern the skeleton gives.
+VARYING = "\x00"
 JSON_OPTIONS = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
 
 
@@ -66,8 +69,8 @@ class Markup:
 
     >>> Markup({"<tc>": 7}).rule("<tc>\\n{")
     '<[7]> "\\\\n{"'
-    >>> Markup({}).rule("")
-    ''
+    >>> Markup({}).rule(""), Markup({}).rule("id=\\x00;")
+    ('', '"id=" VARYING ";"')
     """
 
     def __init__(self, specials: Mapping[str, int]) -> None:
@@ -77,13 +80,15 @@ class Markup:
 
     def rule(self, text: str) -> str:
         """`text` as a sequence of literals and ``<[id]>`` references ("" when empty)."""
-        parts = self._split.split(text) if self._split else [text]
         out = []
-        for part in parts:
-            if part in self.specials:
-                out.append(f"<[{self.specials[part]}]>")
-            elif part:
-                out.append(literal(part))
+        for i, piece in enumerate(text.split(VARYING)):
+            if i:
+                out.append("VARYING")
+            for part in self._split.split(piece) if self._split else [piece]:
+                if part in self.specials:
+                    out.append(f"<[{self.specials[part]}]>")
+                elif part:
+                    out.append(literal(part))
         return " ".join(out)
 
     def special(self, text: str) -> int | None:

@@ -43,8 +43,7 @@ from ffwd.templates.rows import tool_choice_name
 from ffwd.templates.tools import normalize_tools
 
 CACHE_ENTRIES = 64
-UNCHECKED = frozenset({"seed_oss", "dsml_v4", "minimax_m3", "minicpm5", "mistral_v11_ids",
-                       "deepseek_r1", "kimi_k2", "kimi_k3"})
+UNCHECKED = frozenset({"minimax_m3"})
 
 
 class RequestGrammars:

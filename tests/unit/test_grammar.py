@@ -4,6 +4,7 @@ the mask and the forced tokens, checked against whole template renderings."""
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from typing import Any
 
@@ -167,6 +168,37 @@ def test_tool_arguments_are_closed_unless_the_schema_opens_them(fmt: str) -> Non
         "type": "object", "properties": {"cards": {"type": "object"}}}}}
     hands = ("deal", {"cards": {"Ada": 3, "Alan": 5}})
     assert accepts(fmt, turn_ids(fmt, [free], [hands]), tools=[free])
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_call_without_arguments_is_accepted_as_the_template_writes_it(fmt: str) -> None:
+    bare = {"type": "function", "function": {"name": "ping", "parameters": {
+        "type": "object", "properties": {}}}}
+    optional = {"type": "function", "function": {"name": "ls", "parameters": {
+        "type": "object", "properties": {"path": STR}}}}
+    for tool in (bare, optional):
+        ids = turn_ids(fmt, [tool], [(tool["function"]["name"], {})])
+        assert accepts(fmt, ids, tools=[tool]), tool
+
+
+@pytest.mark.parametrize(("fmt", "written", "others"), [
+    # Mistral Small 3.2's call ids: nine letters or digits, each call its own.
+    ("mistral_v11_ids", r"\[CALL_ID\](\w+)\[ARGS\]", {"Zq81abCD0": True, "abc12345": False,
+                                                     "abc-12345": False}),
+    # Kimi's call indexes: digits.
+    ("kimi_k2", r"functions\.get_time:(\d+)<", {"17": True, "x": False}),
+    ("kimi_k3", r'index="(\d+)"', {"3": True, "a1": False}),
+])
+def test_markup_that_varies_by_call_is_the_models_to_write_in_its_shape(
+        fmt: str, written: str, others: dict[str, bool]) -> None:
+    tok = tokenizer("default")
+    ids = turn_ids(fmt, TOOLS, [("get_time", {"tz": "UTC"})])
+    text = tok.decode(ids)
+    found = re.search(written, text)
+    assert found is not None and accepts(fmt, ids), text
+    for other, ok in others.items():
+        changed = text[: found.start(1)] + other + text[found.end(1):]
+        assert accepts(fmt, text_ids(changed)) == ok, changed
 
 
 GRAMMAR_TEXT = ("start:", "%json", "x-guidance", " | ", "\n")
