@@ -56,7 +56,7 @@ class PromptRead:
 class GenerationResult:
     """The whole generation, on the last event of a stream.
 
-    `content` and `calls` are the join of the deltas the events carried, the
+    `content`, `reasoning` and `calls` are the join of the deltas the events carried, the
     last one's included, so they are exactly what a streaming client
     assembled. `stop_sequence` is the stop string that ended the text, if one
     did. `cap` says that the server lowered the request's output limit (set by
@@ -75,6 +75,8 @@ class GenerationResult:
     prefill_seconds: float
     content: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str = ""  # the join of the reasoning deltas
+    reasoning_tokens: int = 0  # emitted ids that wrote reasoning (its markup included)
     stop_sequence: str | None = None
     dropped_calls: int = 0  # calls that repeated an earlier one (dropped; the run stopped)
     fill: str = "off"  # the fill mode that ran

@@ -30,6 +30,18 @@ class Context:
 
 
 @dataclass(frozen=True)
+class Reasoning:
+    """A request's reasoning settings, in any API's words: `on` (think or not; None:
+    the server's default), `effort` (``low``/``medium``/``high``, Responses'
+    ``reasoning.effort`` and Chat's ``reasoning_effort``), `budget` (Anthropic's
+    ``budget_tokens``: at most this many ids of reasoning)."""
+
+    on: bool | None = None
+    effort: str | None = None
+    budget: int | None = None
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     """What to generate (see the module docstring).
 
@@ -42,7 +54,11 @@ class GenerationRequest:
     ``json_schema``). `fill` holds the request's
     own ``ffwd`` settings, checked by `ffwd.config.FillConfig.for_request`.
     `logprobs` is the number of alternatives per token (0: the token's own
-    only; None: no log-probabilities). A ``text`` request's prompt is `prompt`,
+    only; None: no log-probabilities). `reasoning` is what the client asked of the
+    model's reasoning (None: the server's default, ``--reasoning``);
+    `template_kwargs` are further variables for the chat template
+    (``chat_template_kwargs``, as llama.cpp's server and vLLM take them; they win
+    over what `reasoning` sets). A ``text`` request's prompt is `prompt`,
     or `prompt_ids` when the client sent token ids (used as they are, once the
     model has checked that it knows them).
     """
@@ -62,6 +78,8 @@ class GenerationRequest:
     fill: dict[str, Any] | None = None
     logprobs: int | None = None
     stream: bool = False
+    reasoning: Reasoning | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
     params: Mapping[str, str] = field(default_factory=dict)
     context: Context = field(default_factory=Context)
 

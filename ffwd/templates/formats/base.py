@@ -9,7 +9,8 @@ argument keys and values, the character that commits to closing the call) so
 that `ffwd.templates.rows` can slice rows out of whole renderings.
 
 Deltas: `ContentDelta(text)` for text outside calls (including markup that
-did not parse), `ToolCallDelta(index, name, arguments)`, where the first
+did not parse), `ReasoningDelta(text)` for the model's reasoning (the reasoning
+layer, `ffwd.templates.reasoning`, or a format whose channels say it), `ToolCallDelta(index, name, arguments)`, where the first
 delta of call `index` carries its name and later ones carry fragments of its
 JSON arguments. Concatenating the fragments gives ``calls[index].arguments``.
 A call that turns out malformed after its first delta is not added to
@@ -47,13 +48,20 @@ class ContentDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Text of the model's reasoning (`ffwd.templates.reasoning`): never content."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallDelta:
     index: int
     name: str | None = None
     arguments: str = ""
 
 
-Delta = ContentDelta | ToolCallDelta
+Delta = ContentDelta | ReasoningDelta | ToolCallDelta
 
 
 @dataclass(frozen=True, slots=True)
