@@ -214,7 +214,8 @@ ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/me
 
 def model_entry(executor: Executor) -> dict[str, Any]:
     """The served model as `/v1/models` lists it: OpenAI's fields and Anthropic's, and
-    what a client can rely on (context window, tool calling, structured output)."""
+    what a client can rely on (context window, tool calling, structured output, whether
+    the model reasons)."""
     info = executor.model_info()
     return {
         "id": executor.model_id, "object": "model", "created": 0, "owned_by": "ffwd",
@@ -226,7 +227,8 @@ def model_entry(executor: Executor) -> dict[str, Any]:
             "parallel_tool_calls": True,
             "guaranteed_tool_calls": bool(info.get("constrained_tool_calls")),
             "structured_output": bool(info.get("grammar")),
-            "streaming": True, "logprobs": True, "vision": False, "reasoning": False,
+            "streaming": True, "logprobs": True, "vision": False,
+            "reasoning": bool(info.get("reasoning")),  # the model's template reasons
             # Greedy output bit-identical however it is computed (`ffwd serve --deterministic`).
             "deterministic": bool(info.get("deterministic")),
         },

@@ -47,7 +47,23 @@ class OutputFunctionCall(BaseModel):
     status: ItemStatus
 
 
-OutputItem = Annotated[OutputMessage | OutputFunctionCall, Field(discriminator="type")]
+class ReasoningTextPart(BaseModel):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class OutputReasoning(BaseModel):
+    """The model's reasoning, before the items it led to (no summaries: ffwd writes none)."""
+
+    type: Literal["reasoning"]
+    id: str
+    summary: list[Any]  # always empty
+    content: list[ReasoningTextPart]  # one part ([] while the item is in progress)
+    status: ItemStatus
+
+
+OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputReasoning,
+                       Field(discriminator="type")]
 
 
 class InputTokensDetails(BaseModel):
@@ -55,7 +71,7 @@ class InputTokensDetails(BaseModel):
 
 
 class OutputTokensDetails(BaseModel):
-    reasoning_tokens: Count
+    reasoning_tokens: Count  # of output_tokens: the ids that wrote reasoning
 
 
 class ResponseUsage(BaseModel):
@@ -97,7 +113,7 @@ class Response(BaseModel):
     output_text: str
     parallel_tool_calls: bool
     previous_response_id: str | None
-    reasoning: dict[str, Any]
+    reasoning: dict[str, Any]  # {"effort", "summary"}: the request's
     store: bool
     temperature: float
     text: ResponseText
@@ -139,7 +155,7 @@ class ContentPartEvent(_Event):
     item_id: str
     output_index: Count
     content_index: Count
-    part: OutputText
+    part: Annotated[OutputText | ReasoningTextPart, Field(discriminator="type")]
 
 
 class OutputTextDeltaEvent(_Event):
@@ -160,6 +176,22 @@ class OutputTextDoneEvent(_Event):
     logprobs: list[TokenLogprob]
 
 
+class ReasoningTextDeltaEvent(_Event):
+    type: Literal["response.reasoning_text.delta"]
+    item_id: str
+    output_index: Count
+    content_index: Count
+    delta: str
+
+
+class ReasoningTextDoneEvent(_Event):
+    type: Literal["response.reasoning_text.done"]
+    item_id: str
+    output_index: Count
+    content_index: Count
+    text: str
+
+
 class ArgumentsDeltaEvent(_Event):
     type: Literal["response.function_call_arguments.delta"]
     item_id: str
@@ -177,7 +209,8 @@ class ArgumentsDoneEvent(_Event):
 
 ResponseStreamEvent = Annotated[
     ResponseLifecycleEvent | OutputItemEvent | ContentPartEvent | OutputTextDeltaEvent
-    | OutputTextDoneEvent | ArgumentsDeltaEvent | ArgumentsDoneEvent,
+    | OutputTextDoneEvent | ReasoningTextDeltaEvent | ReasoningTextDoneEvent
+    | ArgumentsDeltaEvent | ArgumentsDoneEvent,
     Field(discriminator="type"),
 ]
 
@@ -195,7 +228,16 @@ class ToolUseContent(BaseModel):
     input: dict[str, Any]
 
 
-ContentBlock = Annotated[TextContent | ToolUseContent, Field(discriminator="type")]
+class ThinkingContent(BaseModel):
+    """The model's reasoning, before the blocks it led to."""
+
+    type: Literal["thinking"]
+    thinking: str
+    signature: Literal[""]  # ffwd does not sign its reasoning
+
+
+ContentBlock = Annotated[TextContent | ToolUseContent | ThinkingContent,
+                         Field(discriminator="type")]
 
 
 class MessageUsage(BaseModel):
@@ -252,10 +294,23 @@ class InputJsonDelta(BaseModel):
     partial_json: str
 
 
+class ThinkingDelta(BaseModel):
+    type: Literal["thinking_delta"]
+    thinking: str
+
+
+class SignatureDelta(BaseModel):
+    """A thinking block's last delta, before its stop: the signature (always "")."""
+
+    type: Literal["signature_delta"]
+    signature: Literal[""]
+
+
 class ContentBlockDeltaEvent(BaseModel):
     type: Literal["content_block_delta"]
     index: Count
-    delta: Annotated[TextDelta | InputJsonDelta, Field(discriminator="type")]
+    delta: Annotated[TextDelta | InputJsonDelta | ThinkingDelta | SignatureDelta,
+                     Field(discriminator="type")]
 
 
 class ContentBlockStopEvent(BaseModel):

@@ -54,7 +54,7 @@ class TokenEntry(BaseModel):
     id: Count
     origin: str
     text: str
-    part: Literal["content", "call"] | None = None  # absent: its text was held or markup
+    part: Literal["content", "reasoning", "call"] | None = None  # absent: held, or markup
     call: Count | None = None
     logprob: float | None = None
 
@@ -93,11 +93,16 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: Count
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: Count  # of completion_tokens: the ids that wrote reasoning
+
+
 class Usage(BaseModel):
     prompt_tokens: Count
     completion_tokens: Count
     total_tokens: Count
     prompt_tokens_details: PromptTokensDetails
+    completion_tokens_details: CompletionTokensDetails
     ffwd: UsageCap | None = None  # only where the server capped max_tokens
 
 
@@ -130,6 +135,7 @@ class MessageToolCall(BaseModel):
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
     content: str | None
+    reasoning_content: str | None = None  # the model's reasoning, where it reasoned
     tool_calls: list[MessageToolCall] | None = None
 
 
@@ -167,6 +173,7 @@ class ToolCallChunk(BaseModel):
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None
     tool_calls: list[ToolCallChunk] | None = None
 
 

@@ -28,6 +28,8 @@ from ffwd.config import REQUEST_FILL_TYPES, FillMode
 from ffwd.serve.errors import bad_request
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+# OpenAI's reasoning efforts (`reasoning_effort`, Responses' `reasoning.effort`).
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 MAX_STOP_CHARS = 1000  # a stop string is matched against every token's text
 MAX_TOP_LOGPROBS = 20
 MAX_TOOLS = 128  # as OpenAI; each request's tools are compiled into rows (CPU time)
@@ -115,6 +117,8 @@ class Message(_Model):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    reasoning_content: str | None = None  # an assistant's earlier reasoning (llama.cpp)
+    reasoning: str | None = None  # the same, as vLLM names it
 
     @field_validator("content", mode="before")
     @classmethod
@@ -149,7 +153,8 @@ class Message(_Model):
         return "".join(p.text for p in self.content)
 
     def as_template_message(self) -> dict[str, Any]:
-        """The message as a chat template expects it (content as one string)."""
+        """The message as a chat template expects it (content as one string; an assistant's
+        earlier reasoning, either spelling, as ``reasoning_content``)."""
         # "developer" is OpenAI's newer name for the system role; templates know "system".
         role = "system" if self.role == "developer" else self.role
         out: dict[str, Any] = {"role": role, "content": self.text}
@@ -169,6 +174,9 @@ class Message(_Model):
             ]
         if self.tool_call_id is not None:
             out["tool_call_id"] = self.tool_call_id
+        thought = self.reasoning_content if self.reasoning_content is not None else self.reasoning
+        if thought is not None and self.role == "assistant":
+            out["reasoning_content"] = thought
         return out
 
 
@@ -315,6 +323,8 @@ class ChatCompletionRequest(SamplingFields):
     logprobs: bool = False
     top_logprobs: TopCount | None = None
     metadata: Metadata | None = None  # accepted, kept nowhere (the server stores no completion)
+    reasoning_effort: Effort | None = None
+    chat_template_kwargs: dict[str, Any] | None = None  # as llama.cpp's server and vLLM
 
     @field_validator("tool_choice", mode="before")
     @classmethod

@@ -23,7 +23,13 @@ from ffwd.engine.events import (
 )
 from ffwd.fill import FillStats
 from ffwd.serve.request import GenerationRequest
-from ffwd.templates.formats.base import ContentDelta, Delta, ToolCall, ToolCallDelta
+from ffwd.templates.formats.base import (
+    ContentDelta,
+    Delta,
+    ReasoningDelta,
+    ToolCall,
+    ToolCallDelta,
+)
 
 
 def text(piece: str, logprob: float | None = None, top: tuple[Alternative, ...] = (),
@@ -33,6 +39,12 @@ def text(piece: str, logprob: float | None = None, top: tuple[Alternative, ...] 
     out = piece if released is None else released
     deltas = (ContentDelta(out),) if out else ()
     return TokenEvent(0, "sampled", logprob, top, piece, piece.encode(), out, deltas)
+
+
+def thought(piece: str, logprob: float | None = None) -> TokenEvent:
+    """One token whose text is `piece`, released as reasoning."""
+    deltas = (ReasoningDelta(piece),) if piece else ()
+    return TokenEvent(0, "sampled", logprob, (), piece, piece.encode(), piece, deltas)
 
 
 def held(piece: str, logprob: float | None = None,
@@ -49,15 +61,17 @@ def call(index: int, name: str | None = None, arguments: str = "") -> TokenEvent
 def result(content: str = "", calls: tuple[ToolCall, ...] = (), finish: FinishReason = "stop",
            prompt: int = 10, completion: int = 2, cached: int = 0, forward_calls: int = 0,
            tail: tuple[Delta, ...] = (), stop_sequence: str | None = None,
-           injected: int = 0) -> TokenEvent:
+           injected: int = 0, reasoning: str = "", reasoning_tokens: int = 0) -> TokenEvent:
     """The last event of a run: what was held back until the end (`tail`), the result
-    (its first `injected` ids fast-forwarded from the template)."""
+    (its first `injected` ids fast-forwarded from the template; `reasoning` written by
+    `reasoning_tokens` of its ids)."""
     origins: list[TokenOrigin] = ["template"] * injected + ["sampled"] * (completion - injected)
     res = GenerationResult(
         text=content, token_ids=[0] * completion, origins=origins,
         finish_reason=finish, stats=FillStats(), forward_calls=forward_calls,
         prompt_tokens=prompt, cached_tokens=cached, seconds=0.0, prefill_seconds=0.0,
         content=content, calls=list(calls), stop_sequence=stop_sequence,
+        reasoning=reasoning, reasoning_tokens=reasoning_tokens,
     )
     return TokenEvent.last(res, deltas=tail)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ffwd.serve.app import create_app
 from ffwd.serve.dialects.messages_models import MessagesRequest
-from ffwd.serve.request import GenerationRequest
+from ffwd.serve.request import GenerationRequest, Reasoning
 from tests.unit.agent_service import (  # noqa: F401 (fixtures)
     AgentService,
     client_fixture,
@@ -43,7 +43,7 @@ def post(client: TestClient, **body: Any) -> dict[str, Any]:
 def test_plain_message(client: TestClient, svc: AgentService) -> None:
     svc.script = hello(cached=6)
     body = post(client, system="Be brief.", temperature=0.5, top_k=20, top_p=0.9,
-                metadata={"user_id": "u1"}, thinking={"type": "enabled", "budget_tokens": 9})
+                metadata={"user_id": "u1"}, thinking={"type": "disabled"})
     assert body["type"] == "message" and body["role"] == "assistant"
     assert body["id"].startswith("msg_") and body["model"] == "tiny"
     assert body["content"] == [{"type": "text", "text": "Hello world"}]
@@ -55,6 +55,7 @@ def test_plain_message(client: TestClient, svc: AgentService) -> None:
                             {"role": "user", "content": "Weather in Paris?"}]
     assert (req.max_tokens, req.sampling.temperature, req.sampling.top_k) == (64, 0.5, 20)
     assert req.tool_choice == "none" and req.tools == []
+    assert req.reasoning == Reasoning(on=False)
 
 
 def test_the_billing_header_is_stripped_from_the_system_prompt(client: TestClient,
@@ -93,7 +94,8 @@ def test_blocks_become_the_conversation(client: TestClient, svc: AgentService) -
     assert svc.last.messages == [
         {"role": "user", "content": "<system-reminder>x</system-reminder>\n"
                                     "Weather in Paris and Oslo?"},
-        {"role": "assistant", "content": "Checking.", "tool_calls": calls},
+        {"role": "assistant", "content": "Checking.", "tool_calls": calls,
+         "reasoning_content": "hmm"},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "18C"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no station"},
         {"role": "user", "content": "And tomorrow?"},

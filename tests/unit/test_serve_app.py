@@ -83,7 +83,8 @@ def test_chat_completion_shape(client: TestClient) -> None:
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "Hello world"}
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"] == {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12,
-                             "prompt_tokens_details": {"cached_tokens": 4}}
+                             "prompt_tokens_details": {"cached_tokens": 4},
+                             "completion_tokens_details": {"reasoning_tokens": 0}}
     assert body["ffwd"]["forward_calls"] == 2 and body["ffwd"]["fill"] == "off"
 
 

@@ -5,11 +5,13 @@
 * `chat`: OpenAI Chat Completions (``/v1/chat/completions``);
 * `completions`: OpenAI Completions (``/v1/completions``); both write their
   chunks with `chunks.ChunkWriter`;
-* `responses`: OpenAI Responses (``/v1/responses``), finished responses kept in
-  `store` for ``previous_response_id``;
+* `responses`: OpenAI Responses (``/v1/responses``), written by
+  `responses_writer`, finished responses kept in `store` for
+  ``previous_response_id``;
 * `messages`: Anthropic Messages (``/v1/messages``).
 
-The two agent dialects cut a reply into parts with `segments.Segmenter`;
+The two agent dialects cut a reply into parts (reasoning, text, calls) with
+`segments.Segmenter`;
 `common` holds what several dialects share. Each dialect's ``open_*`` returns
 the request and the writer of its response.
 """

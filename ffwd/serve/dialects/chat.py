@@ -2,11 +2,14 @@
 
 `open_chat` translates a validated body (`ffwd.serve.protocol`) into a
 `GenerationRequest` (a named ``tool_choice`` is exactly one call, as OpenAI
-documents; ``parallel_tool_calls`` governs ``auto`` and ``required``) and makes
-the writer of its response. `ChatWriter` turns
-each event's deltas into chunks (content, or tool-call fragments with the
-call's id on its first) and a whole response into one message; the envelope,
-finish, usage and token view are `chunks.ChunkWriter`'s.
+documents; ``parallel_tool_calls`` governs ``auto`` and ``required``;
+``reasoning_effort`` is the request's `Reasoning`, ``none`` turning it off;
+``chat_template_kwargs`` go to the template as they are) and makes the writer
+of its response. `ChatWriter` turns each event's deltas into chunks (content,
+``reasoning_content`` as llama.cpp's server and vLLM send the model's reasoning,
+or tool-call fragments with the call's id on its first) and a whole response
+into one message (``reasoning_content`` only where the model reasoned); the
+envelope, finish, usage and token view are `chunks.ChunkWriter`'s.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from typing import Any
 
 from ffwd.engine.events import GenerationResult, TokenEvent
 from ffwd.serve.dialects.chunks import ChunkWriter, common_fields, token_logprob
-from ffwd.serve.dialects.common import new_id, openai_parallel
+from ffwd.serve.dialects.common import effort_reasoning, new_id, openai_parallel
 from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import Context, GenerationRequest
-from ffwd.templates.formats.base import ContentDelta, Delta, ToolCallDelta
+from ffwd.templates.formats.base import ContentDelta, Delta, ReasoningDelta, ToolCallDelta
 
 
 def open_chat(req: ChatCompletionRequest,
@@ -39,8 +42,11 @@ def chat_request(req: ChatCompletionRequest,
         new_id("chatcmpl-"), "chat", messages=[m.as_template_message() for m in req.messages],
         tools=list(req.tools or []), tool_choice=choice,
         parallel_tool_calls=openai_parallel(choice, req.parallel_tool_calls),
+        reasoning=effort_reasoning(req.reasoning_effort),
+        template_kwargs=dict(req.chat_template_kwargs or {}),
         params={"max_tokens": limit}, context=context or Context(), **common_fields(req),
     )
+
 
 
 def parse_chat(body: dict[str, Any]) -> GenerationRequest:
@@ -66,6 +72,8 @@ class ChatWriter(ChunkWriter):
     def delta_chunk(self, d: Delta) -> str:
         if isinstance(d, ContentDelta):
             return self.chunk({"content": d.text})
+        if isinstance(d, ReasoningDelta):
+            return self.chunk({"reasoning_content": d.text})
         return self.chunk({"tool_calls": [self._tool_delta(d)]})
 
     def stream_choice(self, part: Any, lp: dict[str, Any] | None,
@@ -76,6 +84,8 @@ class ChatWriter(ChunkWriter):
         message: dict[str, Any] = {
             "role": "assistant", "content": res.content if res.content or not res.calls
             else None}
+        if res.reasoning:
+            message["reasoning_content"] = res.reasoning
         if res.calls:
             message["tool_calls"] = [
                 {"id": self._call_id(i), "type": "function",

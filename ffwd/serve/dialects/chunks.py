@@ -31,7 +31,7 @@ from ffwd.serve.dialects.completions_models import CompletionRequest
 from ffwd.serve.errors import APIError
 from ffwd.serve.protocol import ChatCompletionRequest
 from ffwd.serve.request import GenerationRequest
-from ffwd.templates.formats.base import ContentDelta, Delta, ToolCallDelta
+from ffwd.templates.formats.base import ContentDelta, Delta, ReasoningDelta, ToolCallDelta
 
 DONE = "data: [DONE]\n\n"
 
@@ -141,13 +141,15 @@ class ChunkWriter(ABC):
 
 def token_entry(t: TokenEvent, logprob: bool) -> dict[str, Any]:
     """One token of the ``ffwd.tokens`` view: its id, origin and own text; ``part``
-    ``content`` or ``call`` (with the call's index) when its text came out as content or
-    as a tool call, absent when it released nothing (markup the parser took, or text
-    held back until a later token); its log-probability when the request asked."""
+    ``content``, ``reasoning`` or ``call`` (with the call's index) when its text came out
+    as content, reasoning or a tool call, absent when it released nothing (markup the
+    parser took, or text held back until a later token); its log-probability when the
+    request asked."""
     out: dict[str, Any] = {"id": t.id, "origin": t.origin, "text": t.token}
     if t.deltas:
         last = t.deltas[-1]
-        out["part"] = "content" if isinstance(last, ContentDelta) else "call"
+        out["part"] = ("content" if isinstance(last, ContentDelta) else
+                       "reasoning" if isinstance(last, ReasoningDelta) else "call")
         if isinstance(last, ToolCallDelta):
             out["call"] = last.index
     if logprob:
@@ -156,11 +158,14 @@ def token_entry(t: TokenEvent, logprob: bool) -> dict[str, Any]:
 
 
 def usage(res: GenerationResult) -> dict[str, Any]:
+    """OpenAI's usage: the output ids that wrote reasoning are counted among the
+    completion's (``completion_tokens_details.reasoning_tokens``), as OpenAI counts them."""
     return {
         "prompt_tokens": res.prompt_tokens,
         "completion_tokens": res.completion_tokens,
         "total_tokens": res.prompt_tokens + res.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": res.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": res.reasoning_tokens},
     } | capped(res)
 
 

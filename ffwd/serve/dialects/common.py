@@ -1,6 +1,6 @@
 """What the dialects share: ids, strict models, fields an API does not have, stop
 strings, tool choices checked against the tools, volatile prompt blocks, the output cap in
-a usage."""
+a usage, OpenAI's reasoning effort as a `Reasoning`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from pydantic_core import PydanticCustomError
 from ffwd.engine.events import GenerationResult
 from ffwd.serve.errors import APIError, bad_request
 from ffwd.serve.protocol import MAX_STOP_CHARS, MAX_TOOLS, NON_TEXT_PARTS
+from ffwd.serve.request import Reasoning
 
 __all__ = ["MAX_STOP_CHARS", "MAX_TOOLS", "NON_TEXT_PARTS", "Strict"]
 
@@ -135,3 +136,14 @@ def not_found(message: str, param: str | None, code: str) -> APIError:
 
 def refused(param: str, message: str) -> APIError:
     return bad_request(f"{param}: {message}", param=param, code="unsupported_parameter")
+
+
+def effort_reasoning(effort: str | None) -> Reasoning | None:
+    """OpenAI's reasoning effort as the request's `Reasoning` (``none``: no reasoning).
+
+    >>> effort_reasoning("none")
+    Reasoning(on=False, effort='none', budget=None)
+    """
+    if effort is None:
+        return None
+    return Reasoning(on=False if effort == "none" else None, effort=effort)

@@ -5,17 +5,21 @@
 system message, without the lines that change on every request (Claude
 Code's ``x-anthropic-billing-header`` block, `common.strip_volatile`), so the
 prompt cache keeps the conversation's prefix; ``tool_use`` blocks become the
-assistant's tool calls and ``tool_result`` blocks tool messages;
+assistant's tool calls, its ``thinking`` blocks its ``reasoning_content`` (joined)
+and ``tool_result`` blocks tool messages; ``thinking`` (``enabled`` with its
+``budget_tokens``, ``disabled``, ...) is the request's `Reasoning`;
 ``tool_choice`` ``any`` is ``required``, ``tool`` a named function: a forced
 use of that tool, as Anthropic documents, with ``disable_parallel_tool_use``
 deciding whether more calls may follow (unlike OpenAI's named choice, which is
 always one call). Tools Anthropic runs itself (``web_search_...``) are
 skipped, named in the reply's ``warnings``. `MessagesWriter` writes the
 events back, as a whole message or as Anthropic's event stream, both from the
-same `Segmenter` steps. As Anthropic's API does, the stream's
-``message_start`` reports the prompt's usage (``input_tokens``,
-``cache_read_input_tokens``), so it waits for the first event, which carries
-what the prefill read; ``message_delta`` then gives the whole usage, the output
+same `Segmenter` steps: the model's reasoning as ``thinking`` blocks (streamed
+as ``thinking_delta``, then a ``signature_delta`` with an empty signature, as
+ffwd signs nothing), its text and calls as ``text`` and ``tool_use`` blocks. As
+Anthropic's API does, the stream's ``message_start`` reports the prompt's usage
+(``input_tokens``, ``cache_read_input_tokens``), so it waits for the first
+event, which carries what the prefill read; ``message_delta`` then gives the whole usage, the output
 count with it, the same as a whole reply's.
 """
 
@@ -40,6 +44,7 @@ from ffwd.serve.dialects.messages_models import (
     InputMessage,
     MessagesRequest,
     TextBlock,
+    ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
 )
@@ -51,6 +56,9 @@ PARAMS = {"max_tokens": "max_tokens", "stop": "stop_sequences",
           "response_format": "output_config.format"}
 STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", "stop": "end_turn",
                 "cancelled": "end_turn"}
+# A run's stream delta: its type, and the key its text goes under.
+DELTAS = {"text": ("text_delta", "text"), "reasoning": ("thinking_delta", "thinking"),
+          "call": ("input_json_delta", "partial_json")}
 
 
 def open_message(req: MessagesRequest,
@@ -79,13 +87,15 @@ def messages_request(req: CountTokensRequest, reply_id: str, context: Context | 
         context=context or Context(), max_tokens=req.max_tokens,
         stop=tuple(req.stop_sequences or ()),
         fill=req.ffwd.fill_overrides() if req.ffwd else None, stream=req.stream,
+        reasoning=req.reasoning,
         response_format=req.output_config.response_format() if req.output_config else None)
     return gen, warnings
 
 
 def template_messages(msg: InputMessage, i: int) -> list[dict[str, Any]]:
     """One Anthropic message as the chat template reads it: a user message's tool results
-    become tool messages (in their order), an assistant's tool_use blocks its tool calls."""
+    become tool messages (in their order), an assistant's tool_use blocks its tool calls
+    and its thinking blocks, joined as the reply's reasoning was, its reasoning_content."""
     if isinstance(msg.content, str) or msg.role == "system":
         text = msg.content if isinstance(msg.content, str) else "\n".join(
             b.text for b in msg.content if isinstance(b, TextBlock))
@@ -96,7 +106,9 @@ def template_messages(msg: InputMessage, i: int) -> list[dict[str, Any]]:
         calls = [{"id": b.id, "type": "function", "function": {
             "name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
             for b in msg.content if isinstance(b, ToolUseBlock)]
-        return [{"role": "assistant", "content": text} | ({"tool_calls": calls} if calls else {})]
+        thoughts = [b.thinking for b in msg.content if isinstance(b, ThinkingBlock)]
+        return [{"role": "assistant", "content": text} | ({"tool_calls": calls} if calls else {})
+                | ({"reasoning_content": "".join(thoughts)} if thoughts else {})]
     out: list[dict[str, Any]] = []
     texts: list[str] = []
     for block in msg.content:
@@ -164,7 +176,7 @@ class MessagesWriter:
 
     def event(self, event: TokenEvent) -> list[str]:
         out = [] if self.started else self._start(event)
-        out += [self._write(step) for step in self._steps(event)]
+        out += [line for step in self._steps(event) for line in self._write(step)]
         if event.result is None:
             return out
         done = self.message(event.result)
@@ -217,19 +229,26 @@ class MessagesWriter:
     def _block(self, seg: Segment, opening: bool = False) -> dict[str, Any]:
         if seg.kind == "text":
             return {"type": "text", "text": "" if opening else seg.text}
+        if seg.kind == "reasoning":  # no signature: ffwd does not sign its reasoning
+            return {"type": "thinking", "thinking": "" if opening else seg.text,
+                    "signature": ""}
         return {"type": "tool_use", "id": self._tool_id(seg), "name": seg.name,
                 "input": {} if opening else seg.arguments()}
 
-    def _write(self, step: Step) -> str:
+    def _write(self, step: Step) -> list[str]:
         seg = step.segment
         if step.kind == "open":
-            return self._event("content_block_start", index=seg.position,
-                               content_block=self._block(seg, opening=True))
+            return [self._event("content_block_start", index=seg.position,
+                                content_block=self._block(seg, opening=True))]
         if step.kind == "delta":
-            delta = ({"type": "text_delta", "text": step.text} if seg.kind == "text"
-                     else {"type": "input_json_delta", "partial_json": step.text})
-            return self._event("content_block_delta", index=seg.position, delta=delta)
-        return self._event("content_block_stop", index=seg.position)
+            kind, key = DELTAS[seg.kind]
+            return [self._event("content_block_delta", index=seg.position,
+                                delta={"type": kind, key: step.text})]
+        stop = [self._event("content_block_stop", index=seg.position)]
+        if seg.kind != "reasoning":
+            return stop
+        signed = {"type": "signature_delta", "signature": ""}  # just before the stop
+        return [self._event("content_block_delta", index=seg.position, delta=signed), *stop]
 
     @staticmethod
     def _event(kind: str, **fields: Any) -> str:

@@ -3,7 +3,10 @@
 
 Content blocks and tools are tagged unions on ``type`` (capitalised tags, so
 an error names the field as the API does: ``messages[1].content[0].input``).
-``thinking`` blocks and the ``thinking`` setting are accepted and ignored;
+An assistant's ``thinking`` blocks are its earlier reasoning (``redacted_thinking``
+ones, encrypted by Anthropic, are dropped); the ``thinking`` setting (its
+``budget_tokens`` at least 1024 and below ``max_tokens``, as Anthropic documents)
+and ``output_config.effort`` are the request's `Reasoning`;
 image, document and server-tool blocks are refused (the model reads text), and
 so are ``n`` and a ``tool_result`` that answers no ``tool_use`` of the assistant
 turn before it (`CountTokensRequest.check`), as Anthropic's API refuses them.
@@ -15,12 +18,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 from pydantic.json_schema import SkipJsonSchema
 
 from ffwd.serve.dialects.common import NotAParameter, Strict, check_stops
 from ffwd.serve.errors import bad_request
-from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText
+from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Seed, StopText, json_integer
+from ffwd.serve.request import Reasoning
 
 MAX_STOP_SEQUENCES = 16
 Name = Annotated[str, Field(min_length=1, max_length=256)]
@@ -63,9 +74,18 @@ class ToolResultBlock(Strict):
 
 
 class ThinkingBlock(Strict):
-    """The model's earlier reasoning (another model's): not shown to this one."""
+    """An assistant turn's earlier reasoning: that turn's ``reasoning_content``."""
 
-    type: Literal["thinking", "redacted_thinking"]
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None  # Anthropic's proof that it wrote the block: not checked
+
+
+class RedactedThinkingBlock(Strict):
+    """Reasoning Anthropic encrypted: nothing the model could read, dropped."""
+
+    type: Literal["redacted_thinking"]
+    data: str | None = None
 
 
 class OtherBlock(Strict):
@@ -84,12 +104,13 @@ def _block_tag(v: object) -> str | None:
     if not isinstance(kind, str):
         return None
     return {"text": "Text", "tool_use": "ToolUse", "tool_result": "ToolResult",
-            "thinking": "Thinking", "redacted_thinking": "Thinking"}.get(kind, "Other")
+            "thinking": "Thinking", "redacted_thinking": "Redacted"}.get(kind, "Other")
 
 
 Block = Annotated[
     Annotated[TextBlock, Tag("Text")] | Annotated[ToolUseBlock, Tag("ToolUse")]
     | Annotated[ToolResultBlock, Tag("ToolResult")] | Annotated[ThinkingBlock, Tag("Thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("Redacted")]
     | Annotated[SkipJsonSchema[OtherBlock], Tag("Other")],  # refused: not in the document
     Discriminator(_block_tag, custom_error_type="invalid_block",
                   custom_error_message="expected a content block: an object with a string "
@@ -105,7 +126,8 @@ class InputMessage(Strict):
 
     @model_validator(mode="after")
     def _blocks_of_the_role(self) -> InputMessage:
-        home = {ToolResultBlock: "user", ToolUseBlock: "assistant"}
+        home = {ToolResultBlock: "user", ToolUseBlock: "assistant",
+                ThinkingBlock: "assistant", RedactedThinkingBlock: "assistant"}
         for block in self.content if isinstance(self.content, list) else []:
             role = home.get(type(block))
             if role is not None and role != self.role:
@@ -163,7 +185,7 @@ class OutputFormat(Strict):
 
 
 class OutputConfig(Strict):
-    effort: str | None = None  # accepted, not used
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None  # the Reasoning's
     format: OutputFormat | None = None
 
     def response_format(self) -> dict[str, Any] | None:
@@ -172,6 +194,47 @@ class OutputConfig(Strict):
             return None
         return {"type": "json_schema", "json_schema": {
             "name": "output", "schema": self.format.json_schema, "strict": True}}
+
+
+MIN_BUDGET = 1024  # Anthropic's least budget_tokens
+Display = Literal["summarized", "omitted"]  # how Claude shows its thinking: not used
+THINKING_TYPES = ("enabled", "disabled", "adaptive", "between_tools")
+
+
+class ThinkingEnabled(Strict):
+    """``{"type": "enabled", "budget_tokens": N}``: reason, at most N ids of it."""
+
+    type: Literal["enabled"]
+    budget_tokens: Annotated[int, Field(ge=MIN_BUDGET), BeforeValidator(json_integer)]
+    display: Display | None = None
+
+
+class ThinkingSwitch(Strict):
+    """``disabled`` (no reasoning), ``adaptive`` and ``between_tools`` (reasoning on, as
+    much as the model wants)."""
+
+    type: Literal["disabled", "adaptive", "between_tools"]
+    display: Display | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _known(cls, v: object) -> object:
+        if v not in THINKING_TYPES:
+            raise ValueError("expected " + ", ".join(repr(t) for t in THINKING_TYPES))
+        return v
+
+
+def _thinking_tag(v: object) -> str | None:
+    kind = v.get("type") if isinstance(v, dict) else None
+    return None if not isinstance(kind, str) else "Enabled" if kind == "enabled" else "Switch"
+
+
+Thinking = Annotated[
+    Annotated[ThinkingEnabled, Tag("Enabled")] | Annotated[ThinkingSwitch, Tag("Switch")],
+    Discriminator(_thinking_tag, custom_error_type="invalid_thinking",
+                  custom_error_message='expected {"type": "enabled", "budget_tokens": N} or '
+                  '{"type": "disabled"}'),
+]
 
 
 class CountTokensRequest(Strict):
@@ -183,7 +246,7 @@ class CountTokensRequest(Strict):
     system: str | list[TextBlock] | None = None
     tools: Annotated[list[Tool], Field(max_length=4 * 128)] | None = None
     tool_choice: ToolChoice | None = None
-    thinking: dict[str, Any] | None = None  # accepted, not used
+    thinking: Thinking | None = None
     max_tokens: AtLeastOne | None = None
     stop_sequences: Annotated[list[StopText], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     temperature: float = Field(default=1.0, ge=0.0, le=1.0)
@@ -210,9 +273,25 @@ class CountTokensRequest(Strict):
             return self.system or ""
         return "\n".join(b.text for b in self.system)
 
+    @property
+    def reasoning(self) -> Reasoning | None:
+        """``thinking`` and ``output_config.effort`` as the request's `Reasoning`."""
+        effort = self.output_config.effort if self.output_config else None
+        t = self.thinking
+        if t is None:
+            return None if effort is None else Reasoning(effort=effort)
+        budget = t.budget_tokens if isinstance(t, ThinkingEnabled) else None
+        return Reasoning(on=t.type != "disabled", effort=effort, budget=budget)
+
     def check(self) -> None:
-        """Each ``tool_result`` answers a ``tool_use`` of the assistant message before it
-        (system turns between them aside), as Anthropic's API requires: a 400 naming it."""
+        """``thinking.budget_tokens`` is below ``max_tokens`` (when given), and each
+        ``tool_result`` answers a ``tool_use`` of the assistant message before it (system
+        turns between them aside), as Anthropic's API requires: a 400 naming it."""
+        t, limit = self.thinking, self.max_tokens
+        if isinstance(t, ThinkingEnabled) and limit is not None and t.budget_tokens >= limit:
+            raise bad_request(
+                f"'thinking.budget_tokens': {t.budget_tokens} must be less than max_tokens "
+                f"({limit}): the reasoning is part of the output", param="thinking.budget_tokens")
         called: set[str] = set()  # the tool_use ids of the last assistant message
         for i, msg in enumerate(self.messages):
             if msg.role == "system":

@@ -2,7 +2,9 @@
 
 Items and tools are tagged unions on ``type``: the tags are capitalised so
 that an error names the field as the API does (``input[2].arguments``, not a
-validator's path). Item and tool types ffwd does not run (``reasoning``,
+validator's path). A ``reasoning`` item is earlier reasoning (`ReasoningItem`:
+its ``reasoning_text`` parts, or else its summary); ``reasoning.effort`` is the
+request's. Item and tool types ffwd does not run (
 ``web_search_call``, ``web_search``, ``local_shell``, ``custom``, ...) are kept
 as `OtherItem` / `OtherTool`, which the dialect skips (with a warning on the
 response where that changes what the model sees); an item type the API does not
@@ -18,12 +20,20 @@ from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 from pydantic.json_schema import JsonDict
 
 from ffwd.serve.dialects.common import NON_TEXT_PARTS, NotAParameter, Strict, check_stops
-from ffwd.serve.protocol import AtLeastOne, FfwdSettings, Metadata, Seed, StopText, TopCount
+from ffwd.serve.protocol import (
+    AtLeastOne,
+    Effort,
+    FfwdSettings,
+    Metadata,
+    Seed,
+    StopText,
+    TopCount,
+)
 
 # The input items of the API (its SDK's `ResponseInputItemParam`) that the model is not
-# shown: the calls of tools OpenAI runs, their outputs, reasoning, references.
+# shown: the calls of tools OpenAI runs, their outputs, references.
 OtherItemType = Literal[
-    "reasoning", "file_search_call", "computer_call", "computer_call_output",
+    "file_search_call", "computer_call", "computer_call_output",
     "web_search_call", "tool_search_call", "tool_search_output", "additional_tools",
     "configuration_update", "compaction", "compaction_trigger", "image_generation_call",
     "code_interpreter_call", "local_shell_call", "local_shell_call_output", "shell_call",
@@ -126,8 +136,36 @@ class CustomCallOutputItem(Strict):
         return content_text(self.output)
 
 
+class ReasoningText(Strict):
+    type: Literal["reasoning_text"]
+    text: str
+
+
+class SummaryText(Strict):
+    type: Literal["summary_text"]
+    text: str
+
+
+class ReasoningItem(Strict):
+    """Earlier reasoning, for the assistant turn after it: its ``reasoning_text`` parts
+    (what ffwd's replies carry), or its summary where it has none. Encrypted content
+    (OpenAI's) cannot be read, and is not."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[SummaryText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    encrypted_content: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.content:
+            return "".join(p.text for p in self.content)
+        return "\n\n".join(p.text for p in self.summary)
+
+
 class OtherItem(Strict):
-    """An item the model is not shown (``reasoning``, hosted tools' calls, references)."""
+    """An item the model is not shown (hosted tools' calls, references)."""
 
     type: OtherItemType
 
@@ -142,7 +180,7 @@ class OtherItem(Strict):
 
 _ITEM_TAGS = {"message": "Message", "function_call": "FunctionCall",
               "function_call_output": "FunctionCallOutput", "custom_tool_call": "CustomCall",
-              "custom_tool_call_output": "CustomCallOutput"}
+              "custom_tool_call_output": "CustomCallOutput", "reasoning": "Reasoning"}
 
 
 def _item_tag(v: object) -> str | None:
@@ -157,7 +195,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("FunctionCallOutput")]
     | Annotated[CustomCallItem, Tag("CustomCall")]
     | Annotated[CustomCallOutputItem, Tag("CustomCallOutput")]
-    | Annotated[OtherItem, Tag("Other")],
+    | Annotated[ReasoningItem, Tag("Reasoning")] | Annotated[OtherItem, Tag("Other")],
     Discriminator(_item_tag, custom_error_type="invalid_item",
                   custom_error_message="expected an input item: an object with a string 'type' "
                   "(or a 'role', for a message)"),
@@ -249,6 +287,14 @@ class TextFormat(Strict):
             "strict": self.strict}}
 
 
+class ReasoningConfig(Strict):
+    """``reasoning``: its ``effort`` is the request's (``summary`` and the rest accepted:
+    ffwd writes no summaries)."""
+
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None
+
+
 class TextConfig(Strict):
     format: TextFormat | None = None
     verbosity: str | None = None  # accepted, not used
@@ -282,7 +328,7 @@ class ResponsesRequest(Strict):
     store: bool = True
     previous_response_id: str | None = None
     stream: bool = False
-    reasoning: dict[str, Any] | None = None  # accepted, not used: the model does not reason
+    reasoning: ReasoningConfig | None = None
     background: bool = Field(default=False, json_schema_extra={
         "enum": [False], "description": "not supported: omit, or false"})
     conversation: str | dict[str, Any] | None = Field(default=None, json_schema_extra={

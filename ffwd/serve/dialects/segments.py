@@ -1,8 +1,10 @@
 """A reply's deltas as the ordered runs that the Responses and Messages APIs send.
 
 Both APIs cut a reply into a list of parts (Responses: output items; Messages:
-content blocks): a run of text, or one tool call. `Segmenter` turns the
-generation's deltas (`ContentDelta`, `ToolCallDelta`) into those runs and
+content blocks): a run of reasoning, a run of text, or one tool call.
+`Segmenter` turns the generation's deltas (`ReasoningDelta`, `ContentDelta`,
+`ToolCallDelta`) into those runs, in the order they came (reasoning usually
+first; a run of reasoning after text is a run of its own), and
 tells its caller, step by step, when a run opens, grows and closes, so a
 dialect writes its stream events from the steps and its whole body from the
 finished runs. Both come from the same steps, so a streamed reply and a whole
@@ -16,16 +18,18 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ffwd.templates.formats.base import ContentDelta, Delta
+from ffwd.templates.formats.base import ContentDelta, Delta, ReasoningDelta
 
 StepKind = Literal["open", "delta", "close"]
+SegmentKind = Literal["reasoning", "text", "call"]
 
 
 @dataclass(eq=False)
 class Segment:
-    """One run: `text` is the content, or the call's JSON arguments so far."""
+    """One run: `text` is the reasoning or the content, or the call's JSON arguments so
+    far."""
 
-    kind: Literal["text", "call"]
+    kind: SegmentKind
     position: int  # its place among the reply's runs
     index: int = -1  # the call's index in the generation (calls only)
     name: str = ""
@@ -57,11 +61,12 @@ class Segmenter:
 
     def feed(self, deltas: Iterable[Delta]) -> Iterator[Step]:
         for d in deltas:
-            if isinstance(d, ContentDelta):
+            if isinstance(d, ContentDelta | ReasoningDelta):
                 if not d.text:
                     continue
-                if self.current is None or self.current.kind != "text":
-                    yield from self._open(Segment("text", len(self.segments)))
+                kind: SegmentKind = "text" if isinstance(d, ContentDelta) else "reasoning"
+                if self.current is None or self.current.kind != kind:
+                    yield from self._open(Segment(kind, len(self.segments)))
                 piece = d.text
             else:
                 cur = self.current
@@ -73,6 +78,10 @@ class Segmenter:
                 assert self.current is not None
                 self.current.text += piece
                 yield Step("delta", self.current, piece)
+
+    def joined(self, kind: Literal["reasoning", "text"]) -> str:
+        """The text of every run of `kind`, in order (the reply's reasoning or content)."""
+        return "".join(s.text for s in self.segments if s.kind == kind)
 
     def close(self, cut: bool = False) -> Iterator[Step]:
         """Close the open run; `cut`: the generation ended inside it."""
