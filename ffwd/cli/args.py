@@ -223,7 +223,7 @@ def resolve_settings(args: argparse.Namespace) -> tuple[FillConfig, EngineConfig
 
 
 def template_arguments(p: argparse.ArgumentParser) -> None:
-    """``--tool-format`` and ``--chat-template`` (serve, info, generate)."""
+    """``--tool-format``, ``--chat-template`` and ``--reasoning`` (serve, info, generate)."""
     from ffwd.templates.formats import FORMATS
 
     p.add_argument("--tool-format", default=None, choices=list(FORMATS), metavar="FORMAT",
@@ -231,6 +231,9 @@ def template_arguments(p: argparse.ArgumentParser) -> None:
                    f"template): {', '.join(FORMATS)}")
     p.add_argument("--chat-template", default=None, metavar="FILE",
                    help="a Jinja chat template to serve the model with instead of its own")
+    p.add_argument("--reasoning", default="auto", choices=("on", "off", "auto"),
+                   help="whether a reasoning model thinks before it answers where a request "
+                   "does not say (auto: as its chat template does by default)")
 
 
 def read_template(args: argparse.Namespace) -> str | None:

@@ -89,7 +89,7 @@ def _serve_here(args: argparse.Namespace, ref: Any, fill: FillConfig, engine: En
         try:
             service = load_service(
                 ref, engine, fill, tool_format=args.tool_format,
-                chat_template=read_template(args),
+                chat_template=read_template(args), reasoning=args.reasoning,
                 prompt_cache_bytes=args.prompt_cache_bytes, limits=limits,
                 on_step=lambda step: bar.update(),
                 progress=lambda text: bar.write(f"measuring attention paths: {text}",
@@ -117,6 +117,7 @@ def _serve_here(args: argparse.Namespace, ref: Any, fill: FillConfig, engine: En
               f"{backend.context_window} ids; prompts go in chunks of {ctx.budget} "
               "ids per step while others decode", file=sys.stderr)
     print(service.format_note, file=sys.stderr)
+    print(service.reasoning_note, file=sys.stderr)
     tools = f"{service.format_name} tools" if service.format else "no tools"
     print(
         f"ffwd serving {name} on {backend.engine} ({tools}, fill "

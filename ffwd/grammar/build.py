@@ -92,6 +92,25 @@ def _end(skeleton: Skeleton, markup: Markup) -> str:
     return f" ({' | '.join(written)}){optional}" if len(ends) > 1 else f" {written[0]}"
 
 
+def with_reasoning(lark: str, markup: Markup, start: str, end: str, opened: bool) -> str:
+    """`lark` with the model's reasoning before its reply: the block the prompt `opened`,
+    or one the model may open with `start`; any text up to `end`, then the reply."""
+    lines = lark.split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith("start:"))
+    head = "thought" if opened else f"({markup.rule(start)} thought)?"
+    lines[at:at + 1] = [f"start: {head} GAP answer", f"answer:{lines[at][len('start:'):]}",
+                        f"thought[lazy]: THOUGHT {markup.rule(end)}",
+                        "THOUGHT: /(?s:.*)/", r"GAP: /[ \t\r\n]*/"]
+    return "\n".join(lines)
+
+
+def reasoning_free(lead: str, end: str) -> str:
+    """A call's lead without the reasoning block the template writes before it (an
+    empty one: ``<think>\n\n</think>\n\n<tool_call>``): the reasoning is the model's."""
+    at = lead.find(end) if end else -1
+    return lead[at + len(end):].lstrip() if at >= 0 else lead
+
+
 def content_grammar(content: str) -> str:
     return f"start: content\ncontent: {content}"
 

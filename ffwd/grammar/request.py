@@ -25,9 +25,16 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-from ffwd.grammar.build import content_grammar, response_format_rule, tool_grammar
+from ffwd.grammar.build import (
+    content_grammar,
+    reasoning_free,
+    response_format_rule,
+    tool_grammar,
+    with_reasoning,
+)
 from ffwd.grammar.lark import Markup
 from ffwd.grammar.matcher import (
     Grammar,
@@ -43,6 +50,7 @@ from ffwd.templates.rows import tool_choice_name
 from ffwd.templates.tools import normalize_tools
 
 CACHE_ENTRIES = 64
+Reasoning = tuple[str, str, bool]  # a template's reasoning start, end; the prompt opened it
 UNCHECKED = frozenset({"minimax_m3"})
 
 
@@ -103,8 +111,11 @@ class RequestGrammars:
         tool_choice: object,
         parallel: bool,
         response_format: object,
+        reasoning: Reasoning | None = None,
     ) -> Grammar | None:
-        """The compiled grammar for these request fields, cached; None: nothing to constrain."""
+        """The compiled grammar for these request fields, cached; None: nothing to constrain.
+        `reasoning` (the template's start and end markup, and whether the prompt opened
+        the block) lets the model reason before the constrained reply."""
         try:
             content = response_format_rule(response_format)
         except ValueError as exc:
@@ -115,13 +126,14 @@ class RequestGrammars:
             return None
         if choice != "none" and self.tools_unconstrained is not None:
             return None
-        key = json.dumps([normalized, choice, parallel, response_format], sort_keys=True)
+        key = json.dumps([normalized, choice, parallel, response_format, reasoning],
+                         sort_keys=True)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-        grammar = self._compile(normalized, choice, parallel, content)
+        grammar = self._compile(normalized, choice, parallel, content, reasoning)
         with self._lock:
             self._cache[key] = grammar
             while len(self._cache) > CACHE_ENTRIES:
@@ -129,20 +141,26 @@ class RequestGrammars:
         return grammar
 
     def _lark(self, tools: Sequence[Mapping[str, Any]], choice: str, parallel: bool,
-              content: str | None) -> str:
+              content: str | None, reasoning: Reasoning | None = None) -> str:
         if choice == "none":
             assert content is not None
-            return content_grammar(content)
-        skeleton = self.skeleton  # a GrammarError where the model takes no tool calls
-        assert self.format is not None
-        return tool_grammar(skeleton, tools, choice, parallel, self.markup,
-                            self.format.open_marker, content)
+            lark = content_grammar(content)
+        else:
+            skeleton = self.skeleton  # a GrammarError where the model takes no tool calls
+            assert self.format is not None
+            if reasoning is not None:
+                skeleton = replace(skeleton, lead=reasoning_free(skeleton.lead, reasoning[1]))
+            lark = tool_grammar(skeleton, tools, choice, parallel, self.markup,
+                                self.format.open_marker, content)
+        if reasoning is None:
+            return lark
+        return with_reasoning(lark, self.markup, *reasoning)
 
     def _compile(self, tools: Sequence[Mapping[str, Any]], choice: str, parallel: bool,
-                 content: str | None) -> Grammar:
+                 content: str | None, reasoning: Reasoning | None = None) -> Grammar:
         """Compile; on failure, find the part to blame (a tool, or response_format)."""
         try:
-            lark = self._lark(tools, choice, parallel, content)
+            lark = self._lark(tools, choice, parallel, content, reasoning)
             return compile_grammar(lark, self.lltok, "tools: these tools' call grammar")
         except GrammarError as whole:
             if content is not None:

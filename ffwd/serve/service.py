@@ -36,7 +36,7 @@ from ffwd.engine.core.prompt_cache import PromptCache
 from ffwd.engine.events import GenerationResult
 from ffwd.engine.promise import loaded_promise
 from ffwd.engine.sample.sampling import SamplingParams
-from ffwd.engine.sample.text import ToolCalls
+from ffwd.engine.sample.text import Thinking, ToolCalls
 from ffwd.fill import FillPlan
 from ffwd.fill.recall import RecallConfig, RecallIndex
 from ffwd.fill.spans import SharedAcceptance
@@ -45,7 +45,8 @@ from ffwd.serve.errors import bad_request
 from ffwd.serve.request import GenerationRequest
 from ffwd.templates.choose import resolve_template
 from ffwd.templates.formats import ToolFormat
-from ffwd.templates.render import encode_chat
+from ffwd.templates.reasoning import opens, reasoning_markup, thinking_variables
+from ffwd.templates.render import RESERVED, render_chat
 from ffwd.templates.rows import CompiledTools, compile_tools, default_eos_ids
 from ffwd.templates.tools import normalize_tools
 
@@ -86,6 +87,7 @@ class ModelService:
         context_window: int | None = None,
         prompt_cache_bytes: int = DEFAULT_PROMPT_CACHE_BYTES,
         limits: TokenLimits | None = None,
+        reasoning: str = "auto",
     ) -> None:
         self.backend = backend
         self.limits = limits or TokenLimits()
@@ -96,6 +98,11 @@ class ModelService:
         self.template, self.format, self.format_note = (
             resolved.template, resolved.format, resolved.note)
         self.format_name = resolved.format_name
+        # How the template writes reasoning (None: the model does not reason), and whether
+        # to switch it on or off where a request does not say (--reasoning; auto: the
+        # template's own default).
+        self.reasoning = reasoning_markup(self.template, tokenizer)
+        self.reasoning_default = {"on": True, "off": False}.get(reasoning)
         self.eos_ids = tuple(sorted(set(default_eos_ids(tokenizer)) | set(backend.eos_ids)))
         self.context_window = context_window or backend.context_window
         # Saved states need a checkpointable cache; without one only the live cache is reused.
@@ -115,6 +122,15 @@ class ModelService:
         self.acceptance = SharedAcceptance()
 
     @property
+    def reasoning_note(self) -> str:
+        """What the start-up log says of the model's reasoning."""
+        m = self.reasoning
+        if m is None:
+            return "reasoning: none (the chat template writes no reasoning)"
+        how = "rendered from" if m.how == "rendered" else "tags named in"
+        return f"reasoning: {m.start} ... {m.end} ({how} the chat template)"
+
+    @property
     def context(self) -> Context:
         return self.backend.context
 
@@ -128,6 +144,7 @@ class ModelService:
         return {"context_window": self.context_window, "tool_format": self.format_name,
                 "grammar": grammar, "constrained_tool_calls": grammar and self.fill.grammar,
                 "deterministic": loaded_promise(self.backend)[0],
+                "reasoning": self.reasoning is not None,
                 "max_tokens_limit": self.limits.limit, "strict_max_tokens": self.limits.strict,
                 "vocab_size": self.backend.vocab_size}
 
@@ -136,8 +153,8 @@ class ModelService:
         """The request made ready to run, or an `APIError` naming what is wrong."""
         fill = self._fill(req)
         shown = self._shown_tools(req)
-        ids = self._check_prompt(self._encode(req, shown), req.param(
-            "prompt" if req.kind == "text" else "messages"))
+        ids, thinking = self._encode(req, shown)
+        ids = self._check_prompt(ids, req.param("prompt" if req.kind == "text" else "messages"))
         choice = req.tool_choice if shown else "none"
         # A forced call needs its opening forced: the grammar does that when it is on;
         # without one, only the strict rows can, so they run even when fill is off.
@@ -153,7 +170,8 @@ class ModelService:
             ids, params=self._params(req), max_tokens=max_tokens,
             stop=req.stop, fill=fill,
             plan=compiled.plan if compiled is not None else FillPlan(eos=self.eos_ids),
-            calls=calls, grammar=self._grammar(req, shown if fill.grammar else [], choice),
+            calls=calls, thinking=thinking,
+            grammar=self._grammar(req, shown if fill.grammar else [], choice, thinking),
             logprobs=req.logprobs,
             copies=(self.recall.source(req.context.tenant),) if fill.recall else (),
             acceptance=self.acceptance,
@@ -161,7 +179,7 @@ class ModelService:
         return Ready(prepared, req.context.tenant, cap)
 
     def count_tokens(self, req: GenerationRequest) -> int:
-        return len(self._encode(req, self._shown_tools(req)))
+        return len(self._encode(req, self._shown_tools(req))[0])
 
     def _format(self) -> ToolFormat:
         assert self.format is not None  # a model without one takes no tools (_shown_tools)
@@ -180,9 +198,11 @@ class ModelService:
                               param=req.param("tools"), code="invalid_tools")
         return tools if req.tool_choice != "none" else []
 
-    def _encode(self, req: GenerationRequest, tools: list[dict[str, Any]]) -> list[int]:
+    def _encode(self, req: GenerationRequest, tools: list[dict[str, Any]]
+                ) -> tuple[list[int], Thinking | None]:
         """The prompt's ids: a completion's text (or the ids it was sent as, each checked
-        against the vocabulary), or the chat rendered with `tools`."""
+        against the vocabulary), or the chat rendered with `tools`; and, for a chat with a
+        reasoning template, how its reply's reasoning is read."""
         if req.kind == "text" and req.prompt_ids is not None:
             vocab = self.backend.vocab_size
             for i, tok in enumerate(req.prompt_ids):
@@ -190,17 +210,36 @@ class ModelService:
                     raise bad_request(f"token id {tok} (prompt position {i}) is outside the "
                                       f"vocabulary: this model's ids are 0..{vocab - 1}",
                                       param=req.param("prompt"))
-            return list(req.prompt_ids)
+            return list(req.prompt_ids), None
         if req.kind == "text":
-            return [int(i) for i in self.tokenizer.encode(req.prompt, add_special_tokens=False)]
+            return self._tokens(req.prompt), None
         try:
-            return encode_chat(self.tokenizer, self.template, req.messages, tools or None)
+            text = render_chat(self.template, req.messages, tools or None, True,
+                               self.tokenizer, **self._variables(req))
         except ValueError as exc:
             raise bad_request(f"cannot render these messages: {exc}",
                               param=req.param("messages")) from None
+        thinking = (Thinking(self.reasoning, opens(self.reasoning, text))
+                    if self.reasoning is not None else None)
+        return self._tokens(text), thinking
+
+    def _tokens(self, text: str) -> list[int]:
+        return [int(i) for i in self.tokenizer.encode(text, add_special_tokens=False)]
+
+    def _variables(self, req: GenerationRequest) -> dict[str, Any]:
+        """The template variables a request sets: its reasoning settings in the names the
+        template reads, then its ``chat_template_kwargs`` (never the ones the server sets)."""
+        asked = req.reasoning
+        on = asked.on if asked is not None and asked.on is not None else self.reasoning_default
+        out = thinking_variables(self.template, on, asked.effort if asked else None)
+        taken = sorted(RESERVED & req.template_kwargs.keys())
+        if taken:
+            raise bad_request(f"chat_template_kwargs may not set {', '.join(taken)}: the "
+                              "server sets them", param="chat_template_kwargs")
+        return {**out, **req.template_kwargs}
 
     def _grammar(self, req: GenerationRequest, tools: list[dict[str, Any]],
-                 choice: str | dict[str, Any]) -> Grammar | None:
+                 choice: str | dict[str, Any], thinking: Thinking | None) -> Grammar | None:
         """The request's compiled grammar (cached), or None when nothing is constrained."""
         rf = req.response_format
         if self.grammars is None:
@@ -211,8 +250,10 @@ class ModelService:
                 )
             return None  # tool calls go unconstrained (said at start-up)
         try:
+            reasoning = (None if thinking is None else
+                         (thinking.markup.start, thinking.markup.end, thinking.opened))
             return self.grammars.grammar(tools, choice if tools else "none",
-                                         req.parallel_tool_calls, rf)
+                                         req.parallel_tool_calls, rf, reasoning)
         except GrammarError as exc:
             raise bad_request(str(exc), param=req.param(exc.param), code="invalid_schema") from None
 
@@ -309,12 +350,14 @@ def load_service(
     limits: TokenLimits | None = None,
     on_step: Callable[[str], None] | None = None,
     progress: Callable[[str], None] | None = None,
+    reasoning: str = "auto",
 ) -> ModelService:
     """Load `model` (a name `models.resolve_model` accepts, or what it resolved) and wrap it
     in a ModelService.
 
     `on_step` is called after each of the three loading steps (for a progress bar);
-    `progress` hears what a first load's cost measurement is doing.
+    `progress` hears what a first load's cost measurement is doing; `reasoning` is the
+    server's default for requests that do not say (``on``, ``off``, ``auto``).
     """
     import gc
 
@@ -328,7 +371,7 @@ def load_service(
     step("weights")
     service = ModelService(
         backend, tokenizer, ref.name, fill, tool_format=tool_format, chat_template=chat_template,
-        prompt_cache_bytes=prompt_cache_bytes, limits=limits,
+        prompt_cache_bytes=prompt_cache_bytes, limits=limits, reasoning=reasoning,
     )
     step("service")
     # The loaded model is permanent: keep the collector from rescanning it in every

@@ -4,7 +4,10 @@
 receives: ``content`` a string, None, or a list of text parts joined into a
 string; assistant ``tool_calls`` in both shapes templates read
 (``call.function.name`` and ``call.name``), their ``arguments`` an
-`Arguments` mapping whatever the client sent (a JSON string or an object).
+`Arguments` mapping whatever the client sent (a JSON string or an object); an
+assistant turn's earlier reasoning, ``reasoning_content`` (what llama.cpp's
+server and vLLM take), also as ``reasoning`` and ``thinking``, the names other
+templates read it by (Solar, gpt-oss).
 
 Templates written for one renderer break on what another sends. llama.cpp
 and transformers smooth those over; so does `Allowances`, which
@@ -30,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ID_SHAPE = re.compile(r"[A-Za-z0-9]{9}")
+REASONING_ALIASES = ("reasoning", "thinking")
 
 
 class Arguments(dict[str, Any]):
@@ -106,6 +110,10 @@ def _message(message: Mapping[str, Any], i: int, allow: Allowances) -> dict[str,
         raise ValueError(f"messages[{i}].content: expected a string or a list of text parts")
     if out.get("tool_calls"):
         out["tool_calls"] = [_tool_call(c, i, j) for j, c in enumerate(out["tool_calls"])]
+    thought = out.get("reasoning_content")
+    if isinstance(thought, str) and thought:
+        for alias in REASONING_ALIASES:  # the names other templates read it by
+            out.setdefault(alias, thought)
     return out
 
 

@@ -37,6 +37,9 @@ from ffwd.templates.messages import LADDER, Allowances, template_messages
 from ffwd.templates.tools import described, normalize_tools
 
 SPECIAL_TOKENS = ("bos_token", "eos_token", "unk_token", "pad_token")
+# The variables the renderer sets itself: a request's chat_template_kwargs may not.
+RESERVED = frozenset({*SPECIAL_TOKENS, "messages", "tools", "add_generation_prompt",
+                      "raise_exception", "strftime_now"})
 _TOOLS_VAR = re.compile(r"\btools\b")
 # For a template that writes calls but never reads `tools` (DeepSeek V3.1): the tools
 # go to the model in a system message, as llama.cpp's server does for such templates.

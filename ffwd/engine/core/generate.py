@@ -48,7 +48,7 @@ from ffwd.engine.sample.sampling import (
     TokenConstraint,
     make_sampler,
 )
-from ffwd.engine.sample.text import OutputText, ToolCalls
+from ffwd.engine.sample.text import OutputText, Thinking, ToolCalls
 from ffwd.fill import (
     ConstrainingSource,
     FillPlan,
@@ -70,7 +70,8 @@ class Prepared:
     `acceptance` is what the server learned of copies across requests (the
     session's estimates start there; `ffwd.fill.spans.SharedAcceptance`).
     `calls` reads tool calls out of the output and gates the plan's template
-    rows; `grammar` masks every draw and has its forced ids fast-forwarded.
+    rows; `thinking` keeps the model's reasoning apart from them; `grammar`
+    masks every draw and has its forced ids fast-forwarded.
     `logprobs` is the number of alternatives per id (0: its own only; None: no
     log-probabilities).
     """
@@ -82,6 +83,7 @@ class Prepared:
     fill: FillConfig = field(default_factory=FillConfig)
     plan: FillPlan | None = None
     calls: ToolCalls | None = None
+    thinking: Thinking | None = None
     grammar: ConstraintFactory | None = None
     logprobs: int | None = None
     copies: Sequence[ProposalSource] = ()
@@ -112,7 +114,7 @@ def stream_steps(
     yield Forward(list(prep.prompt_ids[cached:]), prompt=True)
     t_prefill = time.perf_counter() - t0
     # 2. the request's text layer, grammar and fill session.
-    out = OutputText(tokenizer, prep.stop, prep.calls)
+    out = OutputText(tokenizer, prep.stop, prep.calls, prep.thinking)
     constraint = prep.grammar.new_constraint() if prep.grammar is not None else None
     session = open_session(prep, backend.eos_ids, out, constraint, partial(decode_ids, tokenizer))
     trace = TraceWriter(prep.fill.trace_path) if prep.fill.trace_path and session else None
@@ -161,6 +163,7 @@ def _result(prep: Prepared, out: OutputText, session: FillSession | None,
         forward_calls=forwards, prompt_tokens=len(prep.prompt_ids), cached_tokens=cached,
         seconds=time.perf_counter() - t0, prefill_seconds=t_prefill, content=out.content,
         calls=out.calls, stop_sequence=out.stop_sequence, dropped_calls=out.repeats.dropped,
+        reasoning=out.reasoning_text, reasoning_tokens=out.reasoning_tokens,
         fill=prep.fill.mode if session is not None else "off", grammar=grammar,
     )
 

@@ -2,8 +2,10 @@
 
 `OutputText.feed(event)` takes each `TokenEvent` from the decode loop and
 returns it with its text filled in: the id's own text and bytes, the output
-text it released, and that text parsed into content and tool-call deltas by
-the request's one parser (`ToolCalls`). It also decides the text-level stops:
+text it released, and that text parsed into reasoning, content and tool-call
+deltas by the request's one parser (`ToolCalls`; behind a
+`ffwd.templates.reasoning.parser.ReasoningParser` where the template reasons,
+`Thinking`). It also decides the text-level stops:
 a stop string (the text ends before it), the calls a request may make
 (`ToolCalls.max_calls`: one for ``parallel_tool_calls: false`` or a named
 tool choice), and a call that repeats an earlier one (dropped,
@@ -30,11 +32,14 @@ from ffwd.templates.formats.base import (
     ContentDelta,
     Delta,
     ParseState,
+    ReasoningDelta,
     Rule,
     ToolCall,
     ToolParser,
 )
 from ffwd.templates.formats.repeats import RepeatFilter
+from ffwd.templates.reasoning import ReasoningMarkup
+from ffwd.templates.reasoning.parser import ReasoningParser
 from ffwd.templates.text import Detokenizer, token_text
 
 
@@ -85,14 +90,28 @@ class ToolCalls:
     max_calls: int | None = None
 
 
+@dataclass(frozen=True)
+class Thinking:
+    """How a generation's reasoning is read: the template's `markup`, and whether the
+    prompt `opened` the block (the reply starts as reasoning)."""
+
+    markup: ReasoningMarkup
+    opened: bool = False
+
+
 class OutputText:
     """One generation's output as text, deltas and the joined reply, and the context
     that gates its template rows (module docstring)."""
 
     def __init__(
-        self, tokenizer: Any, stop: Sequence[str] = (), calls: ToolCalls | None = None
+        self, tokenizer: Any, stop: Sequence[str] = (), calls: ToolCalls | None = None,
+        thinking: Thinking | None = None,
     ) -> None:
-        self.parser = calls.format.new_parser(calls.tools) if calls is not None else None
+        inner = calls.format.new_parser(calls.tools) if calls is not None else None
+        self.reasoning = (ReasoningParser(thinking.markup, inner, thinking.opened)
+                          if thinking is not None else None)
+        self.parser: ToolParser | None = inner if self.reasoning is None else self.reasoning
+        self.reasoning_tokens = 0  # ids that wrote reasoning (its markup included)
         self.rules = calls.rules if calls is not None else {}
         self.max_calls = calls.max_calls if calls is not None else None
         self.stop_sequence: str | None = None  # the stop string that ended the text
@@ -105,6 +124,7 @@ class OutputText:
         self._stops = StopMatcher(stop)
         self._text: list[str] = []
         self._content: list[str] = []
+        self._reasoning: list[str] = []
         self._calls: dict[int, list[str]] = {}  # index -> [name, argument fragments...]
         self._state: ParseState | None = None  # the parser's, read once per step
 
@@ -120,6 +140,10 @@ class OutputText:
     @property
     def content(self) -> str:
         return "".join(self._content)
+
+    @property
+    def reasoning_text(self) -> str:
+        return "".join(self._reasoning)
 
     @property
     def calls(self) -> list[ToolCall]:
@@ -148,8 +172,11 @@ class OutputText:
         if event.top:
             event.top = tuple(replace(a, token=t, raw=r) for a in event.top
                               for t, r in (self._tokens(a.id),))
+        thinking = self.reasoning is not None and self.reasoning.thinking
         released, self.stop_sequence = self._stops.feed(self._detok.feed([event.id]))
         event.text, event.deltas, event.prompt = released, self._read(released), prompt
+        if thinking or (self.reasoning is not None and self.reasoning.thinking):
+            self.reasoning_tokens += 1
         return event
 
     def finish(self, cut: bool) -> tuple[str, tuple[Delta, ...]]:
@@ -203,8 +230,11 @@ class OutputText:
         for d in deltas:
             if isinstance(d, ContentDelta):
                 self._content.append(d.text)
+            elif isinstance(d, ReasoningDelta):
+                self._reasoning.append(d.text)
             elif d.index not in self._calls:
                 self._calls[d.index] = [d.name or "", d.arguments]
             else:
                 self._calls[d.index].append(d.arguments)
-        return tuple(d for d in deltas if not isinstance(d, ContentDelta) or d.text)
+        return tuple(d for d in deltas if not isinstance(d, ContentDelta | ReasoningDelta)
+                     or d.text)

@@ -9,8 +9,9 @@ argument keys and values, the character that commits to closing the call) so
 that `ffwd.templates.rows` can slice rows out of whole renderings.
 
 Deltas: `ContentDelta(text)` for text outside calls (including markup that
-did not parse), `ReasoningDelta(text)` for the model's reasoning (the reasoning
-layer, `ffwd.templates.reasoning`, or a format whose channels say it), `ToolCallDelta(index, name, arguments)`, where the first
+did not parse), `ReasoningDelta(text)` for the model's reasoning (written by
+`ffwd.templates.reasoning`'s parser in front of the format's),
+`ToolCallDelta(index, name, arguments)`, where the first
 delta of call `index` carries its name and later ones carry fragments of its
 JSON arguments. Concatenating the fragments gives ``calls[index].arguments``.
 A call that turns out malformed after its first delta is not added to
@@ -83,8 +84,13 @@ class ParseState:
 
 
 class ToolParser(Protocol):
-    calls: list[ToolCall]
-    failures: int  # markup that did not parse so far (its text came back as content)
+    @property
+    def calls(self) -> list[ToolCall]: ...
+
+    @property
+    def failures(self) -> int:
+        """Markup that did not parse so far (its text came back as content)."""
+        ...
 
     def feed(self, text: str) -> list[Delta]: ...
 

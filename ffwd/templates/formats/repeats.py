@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ffwd.templates.formats.base import ContentDelta, Delta
+from ffwd.templates.formats.base import ContentDelta, Delta, ReasoningDelta
 
 
 @dataclass(slots=True)
@@ -48,6 +48,9 @@ class RepeatFilter:
         (their last deltas are among `deltas`)."""
         out: list[Delta] = []
         for d in deltas:
+            if isinstance(d, ReasoningDelta):
+                out.append(d)  # before any call: nothing to hold
+                continue
             if isinstance(d, ContentDelta):
                 out += self.release()  # a call that turned into content is no repeat
                 out.append(d)
