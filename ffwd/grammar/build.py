@@ -97,7 +97,7 @@ def with_reasoning(lark: str, markup: Markup, start: str, end: str, opened: bool
     or one the model may open with `start`; any text up to `end`, then the reply."""
     lines = lark.split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith("start:"))
-    head = "thought" if opened else f"({markup.rule(start)} thought)?"
+    head = "thought" if opened else f"(GAP {markup.rule(start)} thought)?"
     lines[at:at + 1] = [f"start: {head} GAP answer", f"answer:{lines[at][len('start:'):]}",
                         f"thought[lazy]: THOUGHT {markup.rule(end)}",
                         "THOUGHT: /(?s:.*)/", r"GAP: /[ \t\r\n]*/"]
@@ -106,9 +106,10 @@ def with_reasoning(lark: str, markup: Markup, start: str, end: str, opened: bool
 
 def reasoning_free(lead: str, end: str) -> str:
     """A call's lead without the reasoning block the template writes before it (an
-    empty one: ``<think>\n\n</think>\n\n<tool_call>``): the reasoning is the model's."""
+    empty one: ``<think>\n\n</think>\n\n<tool_call>``): the reasoning is the model's;
+    nor the whitespace it starts with (`with_reasoning`'s gap takes it)."""
     at = lead.find(end) if end else -1
-    return lead[at + len(end):].lstrip() if at >= 0 else lead
+    return (lead[at + len(end):] if at >= 0 else lead).lstrip()
 
 
 def content_grammar(content: str) -> str:

@@ -100,9 +100,10 @@ class RequestGrammars:
         *,
         parallel: bool = True,
         response_format: object = None,
+        reasoning: Reasoning | None = None,
     ) -> GrammarConstraint | None:
         """The request's constraint (see the module docstring), or None."""
-        grammar = self.grammar(tools, tool_choice, parallel, response_format)
+        grammar = self.grammar(tools, tool_choice, parallel, response_format, reasoning)
         return grammar.new_constraint() if grammar is not None else None
 
     def grammar(

@@ -250,8 +250,11 @@ class ModelService:
                 )
             return None  # tool calls go unconstrained (said at start-up)
         try:
-            reasoning = (None if thinking is None else
-                         (thinking.markup.start, thinking.markup.end, thinking.opened))
+            # Reasoning before a constrained reply where the prompt opened the block (the
+            # template has the model reason); elsewhere the reply is constrained from its
+            # first id, as the template writes a call (an empty block included).
+            reasoning = (None if thinking is None or not thinking.opened else
+                         (thinking.markup.start, thinking.markup.end, True))
             return self.grammars.grammar(tools, choice if tools else "none",
                                          req.parallel_tool_calls, rf, reasoning)
         except GrammarError as exc:
