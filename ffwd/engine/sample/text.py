@@ -131,7 +131,8 @@ class OutputText:
     @property
     def ready(self) -> bool:
         """Whether the parser has read every id emitted so far (nothing held back)."""
-        return not (self._detok.pending or self._stops.holding)
+        thinking = self.reasoning is not None and self.reasoning.holding
+        return not (self._detok.pending or self._stops.holding or thinking)
 
     @property
     def text(self) -> str:

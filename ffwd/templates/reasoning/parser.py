@@ -63,6 +63,11 @@ class ReasoningParser:
             self.phase == "start" and bool(held) and _could_be(held, self.markup.start))
 
     @property
+    def holding(self) -> bool:
+        """Whether text is held here, unread by `inner` (its state is not yet the reply's)."""
+        return bool(self._held)
+
+    @property
     def held_back(self) -> str:
         inner = self.inner.held_back if self.inner is not None else ""
         return self._held + inner
